@@ -1,0 +1,50 @@
+"""lazystore: ML checkpoints in one file, opened instantly and read lazily."""
+
+from .api import load, open, save
+from .chunking import DEFAULT_CHUNK_BYTES
+from .codecs import ZstdPlanes
+from .dtypes import DTYPES
+from .errors import (
+    ChecksumError,
+    ClosedError,
+    FormatError,
+    InvalidIndexError,
+    InvalidInputError,
+    LazyStoreError,
+    MissingDependencyError,
+    TensorNotFoundError,
+    UnsupportedDtypeError,
+    UnsupportedVersionError,
+)
+from .format import FORMAT_MAJOR, FORMAT_MINOR
+from .index import TensorInfo
+from .view import CheckpointView, TensorSlice
+from .writer import Writer
+
+__version__ = "0.1.0"
+FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
+
+__all__ = [
+    "CheckpointView",
+    "ChecksumError",
+    "ClosedError",
+    "DEFAULT_CHUNK_BYTES",
+    "DTYPES",
+    "FORMAT_VERSION",
+    "FormatError",
+    "InvalidIndexError",
+    "InvalidInputError",
+    "LazyStoreError",
+    "MissingDependencyError",
+    "TensorInfo",
+    "TensorNotFoundError",
+    "TensorSlice",
+    "UnsupportedDtypeError",
+    "UnsupportedVersionError",
+    "Writer",
+    "ZstdPlanes",
+    "__version__",
+    "load",
+    "open",
+    "save",
+]

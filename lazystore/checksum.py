@@ -1,0 +1,29 @@
+"""xxh3-64 checksums, kept apart from compression.
+
+Every stored chunk, the index, and (by being required to be zero) every
+padding byte is covered, so any single flipped byte is detected.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xxhash
+
+from .errors import ChecksumError
+
+
+def digest(data) -> int:
+    """xxh3-64 (seed 0) of a bytes-like object, as an unsigned int."""
+    return xxhash.xxh3_64_intdigest(data)
+
+
+def check(data, expected: int, what: str) -> None:
+    """Raise ChecksumError naming ``what`` unless ``data`` hashes to ``expected``."""
+    actual = digest(data)
+    if actual != expected:
+        raise ChecksumError(what, expected, actual)
+
+
+def all_zero(data) -> bool:
+    """Are all bytes zero? (Padding must be, so it cannot hide data.)"""
+    return not np.frombuffer(data, dtype=np.uint8).any()

@@ -1,0 +1,132 @@
+"""The chunk grid: how a tensor is cut into independently stored chunks.
+
+A tensor of shape ``(d0, ..., dn-1)`` is chunked along one axis ``k`` in
+blocks of ``extent`` indices. Chunk ``(p, b)``, for a multi-index ``p`` over
+axes ``0..k-1`` and a block ``b`` of axis ``k``, covers indices
+``[b*extent, min((b+1)*extent, dk))`` of axis ``k`` and every index of the
+axes after ``k``. Because the chunk is full along every later axis it is one
+contiguous run of the C-order array, so raw chunks are plain byte ranges of
+the tensor. Chunks are numbered in C order over the grid
+``(d0, ..., dk-1, ceil(dk / extent))``.
+
+The writer picks the first axis whose trailing sub-array fits the target
+chunk size, so a chunk is never larger than the target (unless one element
+is): a (4096, 4096) float32 tensor gets 64-row chunks, a (1, 32000, 4096)
+one gets chunks of 64 rows of its second axis.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFAULT_CHUNK_BYTES = 1 << 20
+
+
+def choose_grid(shape: tuple[int, ...], itemsize: int, target_bytes: int) -> tuple[int, int]:
+    """(axis, extent) for a tensor; (0, 0) for a tensor without elements."""
+    if math.prod(shape) == 0:
+        return 0, 0
+    if not shape:
+        return 0, 1
+    inner = itemsize
+    axis = len(shape) - 1
+    # Walk outwards while the sub-array behind the next axis still fits.
+    while axis > 0 and inner * shape[axis] <= target_bytes:
+        inner *= shape[axis]
+        axis -= 1
+    extent = max(1, min(shape[axis], target_bytes // inner))
+    return axis, extent
+
+
+def chunk_raw_nbytes(
+    axis_len: np.ndarray, extent: np.ndarray, inner_nbytes: np.ndarray, chunk_counts: np.ndarray
+) -> np.ndarray:
+    """Decoded length of every chunk of several tensors, concatenated.
+
+    Vectorised over tensors: the index validator calls it once for a whole
+    file, and ChunkGrid for one tensor. Arguments are uint64 arrays, one value
+    per tensor; tensors without chunks contribute nothing.
+    """
+    counts = chunk_counts.astype(np.int64)
+    owner = np.repeat(np.arange(len(counts)), counts)
+    first = np.cumsum(counts) - counts
+    local = (np.arange(int(counts.sum()), dtype=np.int64) - first[owner]).astype(np.uint64)
+    ext = extent[owner]
+    length = axis_len[owner]
+    nblocks = (length + ext - 1) // ext
+    block = local % nblocks
+    rows = np.minimum(ext, length - block * ext)
+    return rows * inner_nbytes[owner]
+
+
+@dataclass(frozen=True)
+class ChunkGrid:
+    shape: tuple[int, ...]
+    itemsize: int
+    axis: int
+    extent: int
+
+    @property
+    def _axis_len(self) -> int:
+        return self.shape[self.axis] if self.shape else 1
+
+    @property
+    def inner_nbytes(self) -> int:
+        """Bytes of the sub-array behind the chunked axis (one 'row')."""
+        return math.prod(self.shape[self.axis + 1 :]) * self.itemsize
+
+    @property
+    def n_blocks(self) -> int:
+        return -(-self._axis_len // self.extent) if self.extent else 0
+
+    @property
+    def n_chunks(self) -> int:
+        if self.extent == 0:
+            return 0
+        return math.prod(self.shape[: self.axis]) * self.n_blocks
+
+    def raw_nbytes(self) -> np.ndarray:
+        """Decoded length of each chunk, in chunk order."""
+        u = lambda v: np.array([v], dtype=np.uint64)  # noqa: E731
+        return chunk_raw_nbytes(
+            u(self._axis_len), u(max(self.extent, 1)), u(self.inner_nbytes), u(self.n_chunks)
+        )
+
+    def raw_offsets(self) -> np.ndarray:
+        """Byte offset of each chunk within the decoded C-order tensor.
+
+        Chunks tile the tensor in order, so this is the running sum of lengths.
+        """
+        lengths = self.raw_nbytes()
+        return np.cumsum(lengths) - lengths
+
+    def chunks_for(self, selection: list[range]) -> np.ndarray:
+        """Sorted ids of the chunks holding any element of a selection.
+
+        ``selection`` has one range of selected indices per axis. The work is
+        bounded by the number of chunks touched, never by the tensor's size.
+        """
+        if self.n_chunks == 0 or any(len(r) == 0 for r in selection):
+            return np.zeros(0, dtype=np.int64)
+        if not self.shape:
+            return np.zeros(1, dtype=np.int64)
+        per_axis = [np.arange(r.start, r.stop, r.step) for r in map(_ascending, selection[: self.axis])]
+        per_axis.append(_blocks_touched(_ascending(selection[self.axis]), self.extent))
+        grid = self.shape[: self.axis] + (self.n_blocks,)
+        ids = np.ravel_multi_index(np.ix_(*per_axis), grid)
+        return np.asarray(ids, dtype=np.int64).ravel()
+
+
+def _ascending(r: range) -> range:
+    return r if r.step > 0 else range(r[-1], r[0] + 1, -r.step)
+
+
+def _blocks_touched(r: range, extent: int) -> np.ndarray:
+    first, last = r[0] // extent, r[-1] // extent
+    if r.step <= extent:  # consecutive picks are at most one block apart
+        return np.arange(first, last + 1)
+    # Each pick lands in its own block, so there are fewer picks than blocks.
+    return np.arange(r.start, r.stop, r.step) // extent

@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Codec
+
+
+class Raw(Codec):
+    """Stored bytes are the tensor's bytes: mmap-able and zero-copy."""
+
+    id = 0
+    name = None
+
+    def encode(self, chunk: np.ndarray, planes: int):
+        return chunk
+
+    def decode_into(self, stored, out: np.ndarray, planes: int) -> None:
+        out[:] = np.frombuffer(stored, dtype=np.uint8)
+
+
+RAW = Raw()

@@ -1,0 +1,64 @@
+"""The whole exception hierarchy of lazystore.
+
+Every error raised for bad input derives from :class:`LazyStoreError`, and
+also from the built-in exception a caller would naturally catch, so both
+``except ls.FormatError`` and ``except ValueError`` work (and a missing
+tensor is both a ``LazyStoreError`` and a ``KeyError``).
+"""
+
+from __future__ import annotations
+
+
+class LazyStoreError(Exception):
+    """Base class of every error lazystore raises for bad input."""
+
+
+class FormatError(LazyStoreError, ValueError):
+    """The bytes are not a valid checkpoint: wrong magic, truncated, corrupt
+    index, inconsistent fields, or malformed compressed data."""
+
+
+class UnsupportedVersionError(FormatError):
+    """The file was written in a format version this lazystore cannot read."""
+
+
+class ChecksumError(FormatError):
+    """Stored bytes do not match the checksum recorded for them."""
+
+    def __init__(self, what: str, expected: int, actual: int):
+        super().__init__(
+            f"checksum mismatch in {what}: stored xxh3-64 {expected:016x}, "
+            f"computed {actual:016x}"
+        )
+        self.what = what
+        self.expected = expected
+        self.actual = actual
+
+
+class TensorNotFoundError(LazyStoreError, KeyError):
+    """A tensor name that is not in the checkpoint."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidInputError(LazyStoreError, ValueError):
+    """An argument lazystore cannot accept (bad key, duplicate key,
+    unknown codec, metadata that is not JSON, ...)."""
+
+
+class UnsupportedDtypeError(InvalidInputError, TypeError):
+    """An array whose dtype the format cannot store."""
+
+
+class ClosedError(LazyStoreError, ValueError):
+    """An operation on a checkpoint or writer that has been closed."""
+
+
+class MissingDependencyError(LazyStoreError, ImportError):
+    """An optional dependency is needed; the message names the extra."""
+
+
+class InvalidIndexError(LazyStoreError, IndexError):
+    """An index passed to ``get_slice`` that is out of range or not basic
+    indexing (ints, slices, Ellipsis, None)."""

@@ -1,0 +1,31 @@
+"""One shared thread pool for chunk work.
+
+zstandard, xxhash and numpy's copies release the GIL, so chunks encode,
+decode and hash in parallel on threads without any process overhead.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def pool() -> ThreadPoolExecutor:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="lazystore")
+        return _pool
+
+
+def run_all(fn, items) -> list:
+    """``[fn(x) for x in items]``, in parallel when there is more than one."""
+    items = list(items)
+    if len(items) <= 1 or threading.current_thread().name.startswith("lazystore"):
+        # Nested use from a pool thread would deadlock a bounded pool.
+        return [fn(x) for x in items]
+    return list(pool().map(fn, items))

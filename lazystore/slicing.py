@@ -1,0 +1,52 @@
+"""Basic numpy indexing, decoded into one range of picks per axis.
+
+``get_slice`` needs to know which elements an index touches before it reads
+anything; numpy then applies the very same index to the decoded bytes, so
+the result is exactly what ``array[index]`` would give.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from .errors import InvalidIndexError
+
+
+def selection(index, shape: tuple[int, ...]) -> list[range]:
+    """One range of selected indices per axis for a basic index.
+
+    Accepts ints (negative counts from the end), slices with any step,
+    Ellipsis and None (which adds an axis and selects nothing by itself).
+    Raises InvalidIndexError for anything else, like numpy's IndexError.
+    """
+    items = index if isinstance(index, tuple) else (index,)
+    if sum(1 for it in items if it is Ellipsis) > 1:
+        raise InvalidIndexError("an index can only have a single ellipsis ('...')")
+    consumed = [it for it in items if it is not None and it is not Ellipsis]
+    if len(consumed) > len(shape):
+        raise InvalidIndexError(
+            f"too many indices: tensor is {len(shape)}-dimensional, but {len(consumed)} were indexed"
+        )
+    expanded: list = []
+    for it in items:
+        if it is Ellipsis:
+            expanded.extend([slice(None)] * (len(shape) - len(consumed)))
+        elif it is not None:
+            expanded.append(it)
+    expanded.extend([slice(None)] * (len(shape) - len(expanded)))
+    return [_axis_range(it, n, axis) for axis, (it, n) in enumerate(zip(expanded, shape))]
+
+
+def _axis_range(item, length: int, axis: int) -> range:
+    if isinstance(item, slice):
+        return range(*item.indices(length))
+    if isinstance(item, bool) or not hasattr(item, "__index__"):
+        raise InvalidIndexError(
+            f"get_slice supports basic indexing only (ints, slices, Ellipsis, None), "
+            f"got {type(item).__name__}; read the tensor with ck[name] for advanced indexing"
+        )
+    i = operator.index(item)
+    if not -length <= i < length:
+        raise InvalidIndexError(f"index {i} is out of bounds for axis {axis} with size {length}")
+    i %= length
+    return range(i, i + 1)

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import FormatError
+
+
+class ByteSource:
+    """Random access to an immutable byte string (a file, an object)."""
+
+    size: int
+    name: str
+
+    def read_into(self, offset: int, out) -> None:
+        """Fill the writable buffer ``out`` with the bytes at ``offset``."""
+        raise NotImplementedError
+
+    def read(self, start: int, stop: int):
+        """Bytes ``[start, stop)`` as a bytes-like object (may be a view)."""
+        self._check_range(start, stop)
+        out = np.empty(stop - start, dtype=np.uint8)
+        self.read_into(start, out)
+        return memoryview(out)
+
+    def mapped(self) -> memoryview | None:
+        """The whole source as a read-only memoryview, when it is mapped."""
+        return None
+
+    def close(self) -> None:
+        pass
+
+    def _check_range(self, start: int, stop: int) -> None:
+        if not 0 <= start <= stop <= self.size:
+            raise FormatError(f"EOF: reading bytes {start}-{stop} of {self.name}, which has {self.size} bytes")

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import mmap
+import os
+
+from ..errors import FormatError
+from .base import ByteSource
+
+
+class LocalFile(ByteSource):
+    """A local file, memory-mapped read-only.
+
+    Views handed out keep the mapping alive after ``close()``, so arrays read
+    from a checkpoint stay valid after the checkpoint is closed. Replacing
+    the file (as every lazystore save does) never affects an open mapping.
+    """
+
+    def __init__(self, path):
+        self.name = os.fspath(path)
+        self._fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            self.size = os.fstat(self._fd).st_size
+            self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ) if self.size else None
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._view = memoryview(self._map) if self._map is not None else memoryview(b"")
+
+    def mapped(self) -> memoryview:
+        return self._view
+
+    def read(self, start: int, stop: int) -> memoryview:
+        self._check_range(start, stop)
+        return self._view[start:stop]
+
+    def read_into(self, offset: int, out) -> None:
+        # pread straight into the caller's buffer: faster than faulting in
+        # the mapping page by page, and it releases the GIL.
+        out = memoryview(out).cast("B")
+        self._check_range(offset, offset + len(out))
+        done = 0
+        while done < len(out):
+            n = os.preadv(self._fd, [out[done:]], offset + done)
+            if n == 0:
+                raise FormatError(f"EOF: {self.name} shrank while being read")
+            done += n
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        os.close(self._fd)
+        self._fd = -1
+        for release in (self._view.release, self._map.close if self._map else None):
+            try:
+                release and release()
+            except BufferError:
+                # Arrays read from the map are still alive; the map is freed
+                # with the last of them.
+                pass

@@ -1,0 +1,254 @@
+"""CheckpointView: a read-only Mapping of tensor names to arrays.
+
+Opening reads only the index. Data is read when asked for:
+
+- ``ck[name]`` of a raw tensor in a local file is a read-only numpy view of
+  the memory-mapped file: it never copies. Of a compressed tensor it is a
+  new array decoded from the tensor's chunks (each checked on decode).
+- ``ck.get_slice(name)[index]`` reads only the chunks the index touches.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+
+import numpy as np
+
+from .codecs import RAW
+from .errors import ClosedError, InvalidInputError, TensorNotFoundError
+from .index import Index, TensorInfo, check_preamble, read_index
+from .parallel import run_all
+from .reader import ChunkReader
+from .slicing import selection
+from .sources import ByteSource, LocalFile
+
+
+class CheckpointView(Mapping):
+    """Lazy, dict-like access to the tensors of one checkpoint.
+
+    Use as a context manager, or call :meth:`close`. Arrays already handed
+    out stay valid after closing.
+    """
+
+    def __init__(self, source: ByteSource, *, verify: bool = False):
+        self._source = source
+        try:
+            self._index, self.format_version = read_index(source)
+        except BaseException:
+            source.close()
+            raise
+        self._reader = ChunkReader(source, self._index)
+        self._positions: dict[str, int] = self._index.positions
+        self._verify_on_access = verify
+        self._verified: set[int] = set()  # global ids of raw chunks already checked
+        self._lock = threading.Lock()
+        self._owns_source = True
+        self._closed = False
+
+    @classmethod
+    def open(cls, path, *, verify: bool = False) -> "CheckpointView":
+        return cls(LocalFile(path), verify=verify)
+
+    # -- Mapping -------------------------------------------------------------
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        """The whole tensor. Raw, local: a read-only view of the mapped file
+        (no copy). Otherwise: a new array, decoded and checked."""
+        pos = self._pos(name)
+        raw_view = self._mapped_raw(pos)
+        if raw_view is not None:
+            return raw_view
+        return self._decode(pos, None)
+
+    def __iter__(self) -> Iterator[str]:
+        self._check_open()
+        return iter(self._positions)
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def __contains__(self, name) -> bool:
+        return name in self._positions
+
+    # -- the rest of the API ---------------------------------------------------
+
+    @property
+    def metadata(self) -> dict:
+        """The JSON metadata given at save time (the same dict on every access)."""
+        return self._index.metadata
+
+    def info(self, name: str) -> TensorInfo:
+        """dtype, shape, sizes and codec of a tensor, without reading its data."""
+        return self._index.info(self._pos(name))
+
+    def get_slice(self, name: str) -> "TensorSlice":
+        """A handle whose ``[index]`` reads only what basic indexing needs."""
+        return TensorSlice(self, self._pos(name))
+
+    def select(self, keys_or_glob) -> "CheckpointView":
+        """A view of some tensors: a glob pattern (str) or an iterable of names.
+
+        The selection shares this view's file; closing either closes neither
+        the file for the other (the parent owns it).
+        """
+        names = self._resolve(keys_or_glob)
+        sub = object.__new__(CheckpointView)
+        sub.__dict__.update(self.__dict__)
+        sub._positions = {n: self._positions[n] for n in names}
+        sub._owns_source = False
+        return sub
+
+    def verify(self, keys=None) -> list[str]:
+        """Names of tensors whose stored bytes or padding fail their checks.
+
+        ``[]`` means intact. With ``keys=None`` every tensor is checked, and
+        so is the preamble (a bad preamble raises FormatError).
+        """
+        self._check_open()
+        names = list(self._positions) if keys is None else self._resolve(keys)
+        if keys is None:
+            head = self._source.read(0, self._index.data_start)
+            check_preamble(head, self._index, self.format_version)
+        ok = run_all(lambda n: self._reader.stored_ok(self._positions[n]), names)
+        return [n for n, good in zip(names, ok) if not good]
+
+    def load(self, keys=None, *, verify: bool = False) -> dict[str, np.ndarray]:
+        """Owned, writable copies of some or all tensors, read in parallel."""
+        self._check_open()
+        names = list(self._positions) if keys is None else self._resolve(keys)
+        outputs, tasks = {}, []
+        for name in names:
+            pos = self._positions[name]
+            buf = np.empty(int(self._index.entries["nbytes"][pos]), dtype=np.uint8)
+            first, last = self._index.chunk_range(pos)
+            tasks += self._reader.tasks(pos, np.arange(last - first), buf, verify or self._verify_on_access)
+            outputs[name] = (buf, pos)
+        run_all(lambda t: t(), tasks)
+        return {n: self._as_tensor(buf, pos) for n, (buf, pos) in outputs.items()}
+
+    @property
+    def nbytes(self) -> int:
+        """Decoded size of the tensors in this view."""
+        return int(sum(int(self._index.entries["nbytes"][p]) for p in self._positions.values()))
+
+    @property
+    def stored_nbytes(self) -> int:
+        """Bytes the tensors of this view occupy in the file."""
+        return int(sum(int(self._index.entries["stored_nbytes"][p]) for p in self._positions.values()))
+
+    def close(self) -> None:
+        if self._owns_source and not self._closed:
+            self._source.close()
+        self._closed = True
+
+    def __enter__(self) -> "CheckpointView":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self)} tensors"
+        return f"<CheckpointView {self._source.name!r}: {state}>"
+
+    # -- internals ---------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"checkpoint {self._source.name!r} is closed")
+
+    def _pos(self, name: str) -> int:
+        self._check_open()
+        try:
+            return self._positions[name]
+        except (KeyError, TypeError):
+            raise TensorNotFoundError(f"no tensor named {name!r} in {self._source.name}") from None
+
+    def _resolve(self, keys_or_glob) -> list[str]:
+        if isinstance(keys_or_glob, str):
+            return [n for n in self._positions if fnmatch.fnmatchcase(n, keys_or_glob)]
+        if not isinstance(keys_or_glob, Iterable):
+            raise InvalidInputError(f"expected a glob pattern or an iterable of names, got {keys_or_glob!r}")
+        names = list(keys_or_glob)
+        for n in names:
+            self._pos(n)
+        return names
+
+    def _as_tensor(self, buf: np.ndarray, pos: int) -> np.ndarray:
+        return buf.view(self._index.dtype(pos)).reshape(self._index.shape(pos))
+
+    def _mapped_raw(self, pos: int, chunk_ids=None) -> np.ndarray | None:
+        """The zero-copy view of a raw tensor in a mapped file, or None when
+        the tensor is compressed or the source is not mapped. When this view
+        verifies on access, the chunks about to be used (all when None) are
+        checked first, each once."""
+        mapped = self._source.mapped()
+        if mapped is None or int(self._index.entries["codec"][pos]) != RAW.id:
+            return None
+        if self._verify_on_access:
+            first, last = self._index.chunk_range(pos)
+            ids = range(last - first) if chunk_ids is None else chunk_ids
+            todo = [int(c) for c in ids if first + int(c) not in self._verified]
+            self._reader.check_stored(pos, todo)
+            with self._lock:
+                self._verified.update(first + c for c in todo)
+        start = int(self._index.entries["data_offset"][pos])
+        data = np.frombuffer(mapped, dtype=np.uint8, count=int(self._index.entries["nbytes"][pos]), offset=start)
+        return self._as_tensor(data, pos)
+
+    def _decode(self, pos: int, chunk_ids) -> np.ndarray:
+        """Decode chunks (all when None) into a tensor-sized buffer.
+
+        The buffer is allocated but only the decoded chunks are written, so
+        untouched pages of a large tensor never become resident."""
+        if chunk_ids is None:
+            first, last = self._index.chunk_range(pos)
+            chunk_ids = np.arange(last - first)
+        buf = np.empty(int(self._index.entries["nbytes"][pos]), dtype=np.uint8)
+        self._reader.fill(pos, chunk_ids, buf, self._verify_on_access)
+        return self._as_tensor(buf, pos)
+
+
+class TensorSlice:
+    """``ck.get_slice(name)``: index it like a numpy array to read part of a tensor.
+
+    Raw tensors in a local file give a read-only view (no copy); compressed
+    ones decode only the chunks the index touches and return a new array.
+    """
+
+    def __init__(self, view: CheckpointView, pos: int):
+        self._view = view
+        self._pos = pos
+        self.shape = view._index.shape(pos)
+        self.dtype = view._index.dtype(pos)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def get_shape(self) -> list[int]:  # safetensors' spelling
+        return list(self.shape)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __getitem__(self, index):
+        view, pos = self._view, self._pos
+        view._check_open()
+        picks = selection(index, self.shape)
+        grid = view._index.grid(pos)
+        chunk_ids = grid.chunks_for(picks)
+        raw_view = view._mapped_raw(pos, chunk_ids)
+        if raw_view is not None:
+            return raw_view[index]
+        result = view._decode(pos, chunk_ids)[index]
+        # Copy so the tensor-sized decode buffer is released with this call.
+        return result.copy() if isinstance(result, np.ndarray) else result
+
+    def __repr__(self) -> str:
+        return f"<TensorSlice {self._view._index.names[self._pos]!r} {self.dtype} {self.shape}>"
+

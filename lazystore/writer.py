@@ -1,0 +1,243 @@
+"""Streaming, atomic, durable writer.
+
+Tensors are written as they are added, so the writer holds at most one
+tensor and its encoded chunks in memory; the index goes last. Everything is
+written to a hidden temporary file beside the target, fsync'd, renamed over
+the target and the folder fsync'd: a reader sees the old file or the new
+one, never a mix, and a failure or crash leaves any previous file intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from . import format as fmt
+from .checksum import digest
+from .chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
+from .codecs import RAW, Codec, codec_for
+from .dtypes import DtypeSpec, spec_for
+from .errors import ClosedError, InvalidInputError
+from .parallel import run_all
+
+_DEFAULT = object()
+# A compressed tensor must save at least this fraction, else it is stored raw
+# and stays mmap-able: a 1% saving is not worth losing zero-copy reads.
+MIN_SAVING = 0.01
+PARTIAL_SUFFIX = ".partial"
+
+
+class Writer:
+    """Write a checkpoint one tensor at a time.
+
+    >>> with Writer("model.lzy", compression="zstd") as w:   # doctest: +SKIP
+    ...     w.add("layer0.weight", array)
+
+    The file appears at ``path`` only when the ``with`` block (or
+    :meth:`close`) completes; an exception inside the block removes the
+    temporary file and leaves any existing ``path`` untouched.
+    """
+
+    def __init__(
+        self,
+        path,
+        *,
+        compression=None,
+        compression_level: int | None = None,
+        metadata: Mapping | None = None,
+        alignment: int = fmt.DEFAULT_ALIGNMENT,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    ):
+        if alignment < 8 or alignment > (1 << 30) or alignment & (alignment - 1):
+            raise InvalidInputError(f"alignment must be a power of two between 8 and 2**30, got {alignment}")
+        if not 16 <= chunk_bytes <= (1 << 31):
+            raise InvalidInputError(f"chunk_bytes must be between 16 and 2**31, got {chunk_bytes}")
+        self.path = Path(os.fspath(path))
+        self.metadata = dict(metadata) if metadata is not None else {}
+        _encode_metadata(self.metadata)  # fail now, not after writing gigabytes
+        self._codec = codec_for(compression, compression_level)
+        self._level = compression_level
+        self._alignment = alignment
+        self._chunk_bytes = chunk_bytes
+        self._names: list[str] = []
+        self._seen: set[str] = set()
+        self._entries: list[tuple] = []
+        self._dims: list[int] = []
+        self._chunks: list[np.ndarray] = []
+        self._tmp = self.path.parent / f".{self.path.name}.{uuid.uuid4().hex[:12]}{PARTIAL_SUFFIX}"
+        self._file = open(self._tmp, "xb", buffering=1 << 20)
+        # A writer dropped without close() must not leave its temporary behind.
+        self._finalizer = weakref.finalize(self, _discard, self._file, self._tmp)
+        self._pos = 0
+        self._write(fmt.encode_preamble())
+
+    # -- public --------------------------------------------------------------
+
+    def add(self, name: str, array, *, compression=_DEFAULT) -> None:
+        """Append one tensor. ``compression`` overrides the writer's default."""
+        self._check_open()
+        self._check_name(name)
+        arr, spec = _storable(array)
+        codec = self._codec if compression is _DEFAULT else codec_for(compression, self._level)
+        grid = ChunkGrid(arr.shape, arr.itemsize, *choose_grid(arr.shape, arr.itemsize, self._chunk_bytes))
+        flat = arr.reshape(-1).view(np.uint8)
+        chunks = [flat[o : o + n] for o, n in zip(grid.raw_offsets().tolist(), grid.raw_nbytes().tolist())]
+
+        planes = 1
+        stored: list = chunks
+        if codec is not RAW and chunks:
+            planes = codec.planes_for(arr.itemsize)
+            encoded = run_all(lambda c: codec.encode(c, planes), chunks)
+            if sum(len(b) for b in encoded) <= (1 - MIN_SAVING) * arr.nbytes:
+                stored = encoded
+            else:
+                codec, planes = RAW, 1
+        else:
+            codec = RAW
+        checksums = run_all(digest, stored)
+        lengths = [len(memoryview(b).cast("B")) for b in stored]
+
+        self._pad_to_alignment()
+        data_offset = self._pos
+        if codec is RAW:
+            self._write(flat)  # one write of the whole tensor, zero-copy
+        else:
+            for blob in stored:
+                self._write(blob)
+
+        self._names.append(name)
+        self._seen.add(name)
+        self._dims.extend(arr.shape)
+        self._entries.append(
+            (data_offset, sum(lengths), arr.nbytes, grid.n_chunks, grid.extent,
+             spec.code, codec.id, arr.ndim, grid.axis, planes, (0, 0, 0))
+        )
+        record = np.empty(len(lengths), dtype=fmt.CHUNK_DTYPE)
+        record["stored_nbytes"] = lengths
+        record["checksum"] = np.array(checksums, dtype=np.uint64)
+        self._chunks.append(record)
+
+    def close(self) -> None:
+        """Finish the file: write the index, fsync, and move it into place."""
+        if self._file.closed:
+            return
+        try:
+            self._pad_to_alignment()
+            index_offset = self._pos
+            index = fmt.encode_index(
+                np.array(self._entries, dtype=fmt.ENTRY_DTYPE),
+                np.array(self._dims, dtype=fmt.DIM_DTYPE),
+                np.concatenate(self._chunks) if self._chunks else np.zeros(0, fmt.CHUNK_DTYPE),
+                "".join(n + "\0" for n in self._names).encode("utf-8"),
+                _encode_metadata(self.metadata),
+                self._alignment,
+            )
+            if len(index) > fmt.MAX_INDEX_BYTES:
+                raise InvalidInputError(f"index of {len(index)} bytes exceeds the format's limit")
+            self._write(index)
+            trailer = fmt.Trailer(index_offset, len(index), digest(index), fmt.FORMAT_MAJOR, fmt.FORMAT_MINOR)
+            self._write(fmt.encode_trailer(trailer))
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            os.replace(self._tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
+        self._finalizer.detach()
+        _fsync_dir(self.path.parent)
+
+    def abort(self) -> None:
+        """Discard everything written; any existing target is left untouched."""
+        self._finalizer()
+
+    def __enter__(self) -> "Writer":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    # -- internals -------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._file.closed:
+            raise ClosedError(f"writer for {self.path} is closed")
+
+    def _check_name(self, name) -> None:
+        if not isinstance(name, str):
+            raise InvalidInputError(f"tensor names must be str, got {type(name).__name__}: {name!r}")
+        if "\0" in name:
+            raise InvalidInputError(f"tensor name {name!r} contains a NUL character")
+        if name in self._seen:
+            raise InvalidInputError(f"duplicate tensor name {name!r}")
+
+    def _write(self, data) -> None:
+        n = self._file.write(data)
+        self._pos += n
+
+    def _pad_to_alignment(self) -> None:
+        pad = fmt.align_up(self._pos, self._alignment) - self._pos
+        if pad:
+            self._write(bytes(pad))
+
+
+def save(
+    tensors: Mapping,
+    path,
+    *,
+    compression=None,
+    compression_level: int | None = None,
+    metadata: Mapping | None = None,
+    **writer_options,
+) -> None:
+    """Write a mapping of names to arrays as one checkpoint, atomically."""
+    if not isinstance(tensors, Mapping):
+        raise InvalidInputError(f"save() takes a mapping of names to arrays, got {type(tensors).__name__}")
+    with Writer(path, compression=compression, compression_level=compression_level,
+                metadata=metadata, **writer_options) as w:
+        for name, array in tensors.items():
+            w.add(name, array)
+
+
+def _storable(array) -> tuple[np.ndarray, DtypeSpec]:
+    """C-contiguous little-endian ndarray of a supported dtype (no copy if it is one)."""
+    try:
+        arr = np.asarray(array)
+    except Exception as exc:  # noqa: BLE001 - any conversion failure is bad input
+        raise InvalidInputError(f"cannot convert {type(array).__name__} to an array: {exc}") from None
+    spec = spec_for(arr.dtype)
+    # order="C" (not ascontiguousarray, which turns 0-d arrays into 1-d ones)
+    return np.asarray(arr, dtype=spec.dtype, order="C"), spec
+
+
+def _encode_metadata(metadata: Mapping) -> bytes:
+    if not metadata:
+        return b""
+    try:
+        text = json.dumps(metadata, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"metadata must be JSON-serialisable (no NaN/inf): {exc}") from None
+    return text.encode("utf-8")
+
+
+def _discard(file, tmp: Path) -> None:
+    file.close()
+    tmp.unlink(missing_ok=True)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename durable: fsync the folder that holds the new entry."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
