@@ -88,20 +88,22 @@ class ChunkGrid:
             return 0
         return math.prod(self.shape[: self.axis]) * self.n_blocks
 
-    def raw_nbytes(self) -> np.ndarray:
+    def raw_nbytes(self) -> list[int]:
         """Decoded length of each chunk, in chunk order."""
+        n = self.n_chunks
+        if n <= 1:  # the common case, spared numpy's per-call overhead
+            return [math.prod(self.shape) * self.itemsize] * n
         u = lambda v: np.array([v], dtype=np.uint64)  # noqa: E731
-        return chunk_raw_nbytes(
-            u(self._axis_len), u(max(self.extent, 1)), u(self.inner_nbytes), u(self.n_chunks)
-        )
+        return chunk_raw_nbytes(u(self._axis_len), u(self.extent), u(self.inner_nbytes), u(n)).tolist()
 
-    def raw_offsets(self) -> np.ndarray:
-        """Byte offset of each chunk within the decoded C-order tensor.
-
-        Chunks tile the tensor in order, so this is the running sum of lengths.
-        """
-        lengths = self.raw_nbytes()
-        return np.cumsum(lengths) - lengths
+    def raw_spans(self) -> list[tuple[int, int]]:
+        """(offset, length) of each chunk within the decoded C-order tensor;
+        chunks tile the tensor in order."""
+        spans, offset = [], 0
+        for length in self.raw_nbytes():
+            spans.append((offset, length))
+            offset += length
+        return spans
 
     def chunks_for(self, selection: list[range]) -> np.ndarray:
         """Sorted ids of the chunks holding any element of a selection.

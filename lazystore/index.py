@@ -138,8 +138,12 @@ class Index:
         padded = np.ones((n, width), dtype=np.uint64)
         padded[present] = raw.dims
         check.each((padded >= 1 << 62).any(axis=1), "absurd dimension")
-        # Float products catch overflow; below 2**62 the integer product is exact.
-        elements_f = np.prod(padded.astype(np.float64), axis=1)
+        # Float products catch overflow; below 2**62 the integer product is
+        # exact. Zero-size tensors count their other dimensions too, so no
+        # shape can overflow once a reader reshapes with it.
+        as_float = padded.astype(np.float64)
+        check.each(np.prod(np.maximum(as_float, 1.0), axis=1) >= 2.0**62, "shape overflows")
+        elements_f = np.prod(as_float, axis=1)
         nbytes_f = elements_f * itemsize.astype(np.float64)
         check.each(nbytes_f >= 2.0**62, "tensor size overflows")
         nbytes = np.prod(padded, axis=1) * itemsize
@@ -159,6 +163,8 @@ class Index:
         safe_extent = np.maximum(extent, 1)
         expected_chunks = np.where(empty, 0, prefix * ((axis_len + safe_extent - 1) // safe_extent))
         check.each(e["chunk_count"] != expected_chunks, "chunk count does not match the chunk grid")
+        # Bounding each count first keeps the uint64 sum from wrapping around.
+        check.each(e["chunk_count"] > len(raw.chunks), "more chunks than the index holds")
         if int(e["chunk_count"].sum()) != len(raw.chunks):
             raise FormatError(f"tensors have {int(e['chunk_count'].sum())} chunks but the index holds {len(raw.chunks)}")
 
@@ -216,7 +222,7 @@ class _Checker:
 
 
 def _decode_keys(blob: bytes, count: int) -> tuple[list[str], dict[str, int]]:
-    if blob.count(0) != count or (count and blob[-1] != 0):
+    if blob.count(0) != count or (blob and blob[-1] != 0):
         raise FormatError(f"corrupt index: key table does not hold {count} NUL-terminated keys")
     try:
         text = blob[:-1].decode("utf-8") if count else ""
@@ -237,7 +243,7 @@ def _decode_metadata(blob: bytes) -> dict:
     try:
         # The C parser guards its recursion, so absurd nesting is a
         # RecursionError here, never a crash.
-        value = json.loads(blob.decode("utf-8"), parse_constant=_reject_constant)
+        value = json.loads(blob.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FormatError(f"corrupt metadata: {exc}") from None
     if not isinstance(value, dict):
@@ -247,6 +253,13 @@ def _decode_metadata(blob: bytes) -> dict:
 
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} overflows a float")
+    return value
 
 
 def read_index(source) -> tuple[Index, tuple[int, int]]:

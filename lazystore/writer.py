@@ -69,7 +69,8 @@ class Writer:
         self._seen: set[str] = set()
         self._entries: list[tuple] = []
         self._dims: list[int] = []
-        self._chunks: list[np.ndarray] = []
+        self._chunk_lengths: list[int] = []
+        self._chunk_checksums: list[int] = []
         self._tmp = self.path.parent / f".{self.path.name}.{uuid.uuid4().hex[:12]}{PARTIAL_SUFFIX}"
         self._file = open(self._tmp, "xb", buffering=1 << 20)
         # A writer dropped without close() must not leave its temporary behind.
@@ -87,21 +88,22 @@ class Writer:
         codec = self._codec if compression is _DEFAULT else codec_for(compression, self._level)
         grid = ChunkGrid(arr.shape, arr.itemsize, *choose_grid(arr.shape, arr.itemsize, self._chunk_bytes))
         flat = arr.reshape(-1).view(np.uint8)
-        chunks = [flat[o : o + n] for o, n in zip(grid.raw_offsets().tolist(), grid.raw_nbytes().tolist())]
+        chunks = [flat[o : o + n] for o, n in grid.raw_spans()]
 
         planes = 1
         stored: list = chunks
         if codec is not RAW and chunks:
             planes = codec.planes_for(arr.itemsize)
-            encoded = run_all(lambda c: codec.encode(c, planes), chunks)
+            encoded = run_all(lambda c: codec.encode(c, planes, spec.is_float), chunks)
             if sum(len(b) for b in encoded) <= (1 - MIN_SAVING) * arr.nbytes:
                 stored = encoded
             else:
                 codec, planes = RAW, 1
         else:
             codec = RAW
-        checksums = run_all(digest, stored)
-        lengths = [len(memoryview(b).cast("B")) for b in stored]
+        lengths = [memoryview(b).nbytes for b in stored]
+        self._chunk_checksums.extend(run_all(digest, stored))
+        self._chunk_lengths.extend(lengths)
 
         self._pad_to_alignment()
         data_offset = self._pos
@@ -118,10 +120,6 @@ class Writer:
             (data_offset, sum(lengths), arr.nbytes, grid.n_chunks, grid.extent,
              spec.code, codec.id, arr.ndim, grid.axis, planes, (0, 0, 0))
         )
-        record = np.empty(len(lengths), dtype=fmt.CHUNK_DTYPE)
-        record["stored_nbytes"] = lengths
-        record["checksum"] = np.array(checksums, dtype=np.uint64)
-        self._chunks.append(record)
 
     def close(self) -> None:
         """Finish the file: write the index, fsync, and move it into place."""
@@ -133,7 +131,7 @@ class Writer:
             index = fmt.encode_index(
                 np.array(self._entries, dtype=fmt.ENTRY_DTYPE),
                 np.array(self._dims, dtype=fmt.DIM_DTYPE),
-                np.concatenate(self._chunks) if self._chunks else np.zeros(0, fmt.CHUNK_DTYPE),
+                _chunk_records(self._chunk_lengths, self._chunk_checksums),
                 "".join(n + "\0" for n in self._names).encode("utf-8"),
                 _encode_metadata(self.metadata),
                 self._alignment,
@@ -227,6 +225,13 @@ def _encode_metadata(metadata: Mapping) -> bytes:
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(f"metadata must be JSON-serialisable (no NaN/inf): {exc}") from None
     return text.encode("utf-8")
+
+
+def _chunk_records(lengths: list[int], checksums: list[int]) -> np.ndarray:
+    records = np.empty(len(lengths), dtype=fmt.CHUNK_DTYPE)
+    records["stored_nbytes"] = np.array(lengths, dtype=np.uint64)
+    records["checksum"] = np.array(checksums, dtype=np.uint64)
+    return records
 
 
 def _discard(file, tmp: Path) -> None:

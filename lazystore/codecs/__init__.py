@@ -22,7 +22,7 @@ def codec_for(compression, level: int | None = None) -> Codec:
     if isinstance(compression, Codec):
         return compression
     if compression == "zstd":
-        return ZstdPlanes() if level is None else ZstdPlanes(level=level)
+        return ZstdPlanes(level=level)
     raise InvalidInputError(f"unknown compression {compression!r}; use None or 'zstd'")
 
 

@@ -19,8 +19,9 @@ class Codec:
     def planes_for(self, itemsize: int) -> int:
         return 1
 
-    def encode(self, chunk: np.ndarray, planes: int):
-        """Stored bytes for ``chunk`` (a 1-D uint8 array)."""
+    def encode(self, chunk: np.ndarray, planes: int, is_float: bool):
+        """Stored bytes for ``chunk`` (a 1-D uint8 array); ``is_float`` lets
+        a codec tune itself to float data."""
         raise NotImplementedError
 
     def decode_into(self, stored, out: np.ndarray, planes: int) -> None:

@@ -11,7 +11,7 @@ class Raw(Codec):
     id = 0
     name = None
 
-    def encode(self, chunk: np.ndarray, planes: int):
+    def encode(self, chunk: np.ndarray, planes: int, is_float: bool):
         return chunk
 
     def decode_into(self, stored, out: np.ndarray, planes: int) -> None:

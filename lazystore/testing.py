@@ -1,0 +1,156 @@
+"""Hypothesis strategies for lazystore's test suite.
+
+Only the tests import this module, so it imports hypothesis unconditionally.
+
+- :func:`dtypes`: every dtype the format stores (``lazystore.DTYPES``).
+- :func:`shapes`: small shapes of 0 to 4 dimensions, 0-d and zero-size included.
+- :func:`arrays`: arrays of those dtypes built from random bits, so floats
+  include NaNs (of any payload), infinities, subnormals and -0.0; the special
+  values are also injected explicitly. Some arrays are low-entropy (values
+  drawn from a small pool) so that compression actually kicks in.
+- :func:`basic_indices`: basic numpy indices for a shape (ints, negative
+  ones too, slices with any step, Ellipsis, None, and tuples of those).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import strategies as st
+
+from .dtypes import DTYPES
+
+__all__ = ["DTYPE_LIST", "FLOAT_DTYPES", "dtypes", "shapes", "arrays", "random_array", "basic_indices"]
+
+DTYPE_LIST: list[np.dtype] = [spec.dtype for spec in DTYPES]
+FLOAT_DTYPES: frozenset = frozenset(spec.dtype for spec in DTYPES if spec.is_float)
+
+_SPECIALS = (math.nan, math.inf, -math.inf, -0.0, 0.0)
+_MODES = ("bits", "pool", "zeros")
+
+
+def dtypes() -> st.SearchStrategy[np.dtype]:
+    """Every dtype lazystore can store (little-endian, as stored)."""
+    return st.sampled_from(DTYPE_LIST)
+
+
+@st.composite
+def shapes(draw, *, max_dims: int = 4, max_side: int = 6, max_elements: int | None = None) -> tuple[int, ...]:
+    """Small shapes: 0-d up to ``max_dims`` axes; about one in six has a 0 axis."""
+    ndim = draw(st.sampled_from([n for n in (0, 1, 1, 2, 2, 2, 3, 3, 4) if n <= max_dims]))
+    # sampled_from is uniform, where integers() favours tiny values.
+    dims = [draw(st.sampled_from(range(1, max_side + 1))) for _ in range(ndim)]
+    if ndim and draw(st.integers(0, 5)) == 0:
+        dims[draw(st.integers(0, ndim - 1))] = 0
+    if max_elements is not None:
+        # Shrink the largest axes until the tensor is small enough.
+        while math.prod(dims) > max_elements:
+            i = int(np.argmax(dims))
+            dims[i] = max(1, dims[i] // 2)
+    return tuple(dims)
+
+
+def random_array(dtype, shape, seed: int, mode: str = "bits", special_fraction: float = 0.1) -> np.ndarray:
+    """A deterministic array of ``dtype`` and ``shape`` from ``seed``.
+
+    ``mode``: "bits" (every byte random), "pool" (each element one of four
+    random bit patterns: compressible), or "zeros" (all zero bits, with
+    specials). Float dtypes get NaN, +-inf and -0.0 injected in a fraction
+    of the elements; bool arrays hold only 0 and 1.
+    """
+    dtype = np.dtype(dtype)
+    shape = tuple(shape)
+    n = math.prod(shape)
+    rng = np.random.default_rng(seed)
+    item = dtype.itemsize
+    if mode == "bits":
+        raw = rng.integers(0, 256, size=n * item, dtype=np.uint8)
+    elif mode == "pool":
+        pool = rng.integers(0, 256, size=(4, item), dtype=np.uint8)
+        raw = pool[rng.integers(0, 4, size=n)].reshape(-1)
+    elif mode == "zeros":
+        raw = np.zeros(n * item, dtype=np.uint8)
+    else:
+        raise ValueError(f"unknown mode {mode!r}")
+    if dtype == np.bool_:
+        raw = raw & 1
+    arr = raw.view(dtype).reshape(shape)
+    if dtype in FLOAT_DTYPES and n:
+        flat = arr.reshape(-1)
+        where = rng.random(n) < special_fraction
+        picks = rng.integers(0, len(_SPECIALS), size=n)
+        specials = np.array(_SPECIALS, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            if dtype.kind == "c":
+                imag = rng.integers(0, len(_SPECIALS), size=n)
+                values = np.empty(int(where.sum()), dtype=dtype)
+                values.real = specials[picks[where]]
+                values.imag = specials[imag[where]]
+            else:
+                # float8_e4m3fn has no infinity: the cast makes those NaN.
+                values = specials[picks[where]].astype(dtype)
+        flat[where] = values
+    return arr
+
+
+@st.composite
+def arrays(draw, dtype=None, shape=None, *, modes=_MODES, max_dims: int = 4, max_side: int = 6,
+           max_elements: int | None = None) -> np.ndarray:
+    """Arrays of every supported dtype (or ``dtype``) and small shapes (or ``shape``)."""
+    if dtype is None:
+        dtype = draw(dtypes())
+    if shape is None:
+        shape = draw(shapes(max_dims=max_dims, max_side=max_side, max_elements=max_elements))
+    elif isinstance(shape, st.SearchStrategy):
+        shape = draw(shape)
+    mode = draw(st.sampled_from(modes))
+    seed = draw(st.integers(0, 2**32 - 1))
+    fraction = draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]))
+    return random_array(dtype, shape, seed, mode, fraction)
+
+
+def _int_index(size: int) -> st.SearchStrategy:
+    ints = st.integers(-size, size - 1)
+    return st.one_of(ints, ints.map(np.int64), ints.map(np.intp))
+
+
+def _bound(size: int) -> st.SearchStrategy:
+    return st.none() | st.integers(-size - 3, size + 3)
+
+
+def _slice(size: int) -> st.SearchStrategy:
+    nonzero = st.builds(lambda m, negative: -m if negative else m, st.integers(1, 4), st.booleans())
+    step = st.none() | nonzero | st.sampled_from([size + 1, -(size + 1)])
+    return st.builds(slice, _bound(size), _bound(size), step)
+
+
+def _axis_item(size: int) -> st.SearchStrategy:
+    if size == 0:
+        return _slice(size)  # no int is in range
+    return st.one_of(_int_index(size), _slice(size))
+
+
+@st.composite
+def basic_indices(draw, shape, *, allow_none: bool = True, allow_ellipsis: bool = True):
+    """A basic numpy index that is valid for ``shape`` (never out of range).
+
+    Leading axes are indexed explicitly, then optionally an Ellipsis and
+    items for trailing axes; Nones are sprinkled in. A one-item index is
+    sometimes given bare rather than as a 1-tuple.
+    """
+    shape = tuple(shape)
+    ndim = len(shape)
+    use_ellipsis = allow_ellipsis and draw(st.booleans())
+    lead = draw(st.integers(0, ndim))
+    trail = draw(st.integers(0, ndim - lead)) if use_ellipsis else 0
+    items = [draw(_axis_item(shape[a])) for a in range(lead)]
+    if use_ellipsis:
+        items.append(Ellipsis)
+        items += [draw(_axis_item(shape[a])) for a in range(ndim - trail, ndim)]
+    if allow_none:
+        for _ in range(draw(st.integers(0, 2))):
+            items.insert(draw(st.integers(0, len(items))), None)
+    if len(items) == 1 and draw(st.booleans()):
+        return items[0]
+    return tuple(items)

@@ -1,0 +1,472 @@
+"""Save -> open -> read gives back exactly what was saved."""
+
+from __future__ import annotations
+
+import math
+import mmap
+import zlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lazystore as ls
+from lazystore.testing import DTYPE_LIST, random_array
+
+COMPRESSIONS = [None, "zstd"]
+
+# (shape, chunk_bytes): chunk_bytes=64 cuts the multi-chunk shapes into many chunks.
+SHAPES = [
+    ((), 1 << 20),
+    ((0,), 1 << 20),
+    ((3, 0, 2), 1 << 20),
+    ((7,), 1 << 20),
+    ((5, 3), 1 << 20),
+    ((2, 3, 4), 1 << 20),
+    ((33, 17), 64),
+    ((5, 6, 7), 64),
+]
+
+
+def _id(v):
+    if isinstance(v, np.dtype):
+        return v.name
+    return repr(v)
+
+
+def same_bits(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and a.tobytes(order="C") == b.tobytes(order="C")
+    )
+
+
+def reaches_mmap(arr) -> bool:
+    """Does the .base chain of ``arr`` end in a memory map?"""
+    obj = arr
+    for _ in range(100):
+        if isinstance(obj, mmap.mmap):
+            return True
+        if isinstance(obj, memoryview):
+            obj = obj.obj
+            continue
+        base = getattr(obj, "base", None)
+        if base is None:
+            return False
+        obj = base
+    return False
+
+
+def is_little_endian(dtype: np.dtype) -> bool:
+    return dtype.byteorder == "|" or dtype.byteorder == "<" or (dtype.byteorder == "=" and np.little_endian)
+
+
+# ---------------------------------------------------------------------------
+# every dtype x shape x compression
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS, ids=["raw", "zstd"])
+@pytest.mark.parametrize("shape,chunk_bytes", SHAPES, ids=[f"{s}-{c}" for s, c in SHAPES])
+@pytest.mark.parametrize("dtype", DTYPE_LIST, ids=_id)
+def test_roundtrip_every_dtype_and_shape(tmp_path, dtype, shape, chunk_bytes, compression):
+    seed = zlib.crc32(f"{dtype.name}{shape}".encode())
+    tensors = {
+        "bits": random_array(dtype, shape, seed, "bits", 0.2),
+        "pool": random_array(dtype, shape, seed + 1, "pool", 0.1),
+    }
+    path = tmp_path / "ck.lzy"
+    ls.save(tensors, path, compression=compression, chunk_bytes=chunk_bytes)
+
+    with ls.open(path) as ck:
+        assert list(ck) == list(tensors)
+        for name, arr in tensors.items():
+            info = ck.info(name)
+            assert info.dtype == dtype
+            assert info.shape == shape
+            assert info.nbytes == arr.nbytes
+            if math.prod(shape) and chunk_bytes == 64 and math.prod(shape) * dtype.itemsize > 64:
+                assert info.chunk_count > 1
+            out = ck[name]
+            assert isinstance(out, np.ndarray)
+            assert out.dtype == dtype and out.shape == shape
+            assert same_bits(out, arr), name
+            assert out.flags.c_contiguous
+            if info.compression is None:
+                assert not out.flags.writeable
+            assert same_bits(ck.get_slice(name)[...], arr)
+        loaded = ck.load()
+    for name, arr in tensors.items():
+        assert same_bits(loaded[name], arr)
+
+    loaded = ls.load(path)
+    assert list(loaded) == list(tensors)
+    for name, arr in tensors.items():
+        assert same_bits(loaded[name], arr)
+        assert loaded[name].flags.writeable
+
+
+@pytest.mark.parametrize("dtype", DTYPE_LIST, ids=_id)
+def test_compressible_multi_chunk_tensor_is_compressed_and_exact(tmp_path, dtype):
+    # Low-entropy data big enough that byte-plane zstd pays off, cut into many chunks.
+    arr = random_array(dtype, (64, 300), 7, "pool", 0.05)
+    path = tmp_path / "ck.lzy"
+    ls.save({"t": arr}, path, compression="zstd", chunk_bytes=4096)
+    with ls.open(path) as ck:
+        info = ck.info("t")
+        assert info.compression == "zstd"
+        assert info.stored_nbytes < info.nbytes
+        assert info.chunk_count > 1
+        assert same_bits(ck["t"], arr)
+    assert same_bits(ls.load(path)["t"], arr)
+
+
+# ---------------------------------------------------------------------------
+# ownership: raw reads are read-only views of the map, load() copies
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS, ids=["raw", "zstd"])
+def test_load_returns_owned_writable_arrays(tmp_path, compression):
+    arr = np.arange(4096, dtype=np.float32).reshape(64, 64) % 5  # compressible
+    path = tmp_path / "ck.lzy"
+    ls.save({"w": arr, "s": np.float64(3.5), "e": np.zeros((2, 0))}, path, compression=compression)
+    loaded = ls.load(path)
+    w = loaded["w"]
+    assert w.flags.writeable
+    assert not reaches_mmap(w)
+    base = w
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    assert base.flags.owndata
+    assert loaded["s"].shape == () and loaded["s"].flags.writeable and float(loaded["s"]) == 3.5
+    assert loaded["e"].shape == (2, 0)
+
+    w[...] = -1.0
+    loaded["s"][()] = 0.0
+    assert same_bits(ls.load(path)["w"], arr)
+    with ls.open(path) as ck:
+        assert same_bits(ck["w"], arr)
+        assert float(ck["s"]) == 3.5
+        own = ck.load(["w"])["w"]
+        assert own.flags.writeable and not reaches_mmap(own)
+        own[0, 0] = 99
+        assert same_bits(ck["w"], arr)
+
+
+def test_raw_getitem_is_a_read_only_view_of_the_map(tmp_path):
+    arr = np.arange(1000, dtype=np.int32).reshape(10, 100)
+    path = tmp_path / "ck.lzy"
+    ls.save({"a": arr, "b": arr * 2}, path)
+    with ls.open(path) as ck:
+        assert ck.info("a").compression is None
+        x, y = ck["a"], ck["a"]
+        assert not x.flags.writeable
+        assert np.shares_memory(x, y)
+        assert reaches_mmap(x)
+        assert not np.shares_memory(x, ck["b"])
+        with pytest.raises(ValueError):
+            x[0, 0] = 1
+        assert same_bits(x, arr)
+
+
+def test_compressed_getitem_is_a_new_array(tmp_path):
+    arr = np.zeros((100, 100), dtype=np.float32)
+    path = tmp_path / "ck.lzy"
+    ls.save({"z": arr}, path, compression="zstd")
+    with ls.open(path) as ck:
+        assert ck.info("z").compression == "zstd"
+        x, y = ck["z"], ck["z"]
+        assert not np.shares_memory(x, y)
+        assert not reaches_mmap(x)
+        assert same_bits(x, arr)
+
+
+# ---------------------------------------------------------------------------
+# inputs in other layouts
+# ---------------------------------------------------------------------------
+
+
+def _layout_inputs():
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((6, 8)).astype(np.float32)
+    cplx = (rng.standard_normal((4, 5)) + 1j * rng.standard_normal((4, 5))).astype(np.complex128)
+    return {
+        "big_endian_f4": base.astype(">f4"),
+        "big_endian_i8": np.arange(-20, 20, dtype=">i8").reshape(5, 8),
+        "big_endian_c16": cplx.astype(">c16"),
+        "big_endian_0d": np.array(1.25, dtype=">f8"),
+        "fortran": np.asfortranarray(base),
+        "fortran_3d": np.asfortranarray(np.arange(60, dtype=np.int16).reshape(3, 4, 5)),
+        "strided": base[::2, 1::3],
+        "negative_stride": base[::-1, ::-2],
+        "transposed": base.T,
+        "broadcast": np.broadcast_to(np.arange(5, dtype=np.uint16), (4, 5)),
+        "big_endian_strided": base.astype(">f4")[:, ::2],
+        "list": [[1, 2], [3, 4]],
+        "python_scalar": 3.0,
+    }
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS, ids=["raw", "zstd"])
+def test_layouts_round_trip_to_c_contiguous_little_endian(tmp_path, compression):
+    inputs = _layout_inputs()
+    path = tmp_path / "ck.lzy"
+    ls.save(inputs, path, compression=compression, chunk_bytes=64)
+    with ls.open(path) as ck:
+        for name, value in inputs.items():
+            expected = np.asarray(value)
+            out = ck[name]
+            assert out.shape == expected.shape, name
+            assert out.flags.c_contiguous, name
+            assert is_little_endian(out.dtype), name
+            assert out.dtype == expected.dtype.newbyteorder("<"), name
+            # Same values (bit-for-bit after conversion to little-endian C order).
+            want = np.asarray(expected, dtype=expected.dtype.newbyteorder("<"), order="C")
+            assert same_bits(out, want), name
+            assert np.array_equal(out, expected), name
+    for name, value in inputs.items():
+        loaded = ls.load(path, [name])[name]
+        assert loaded.flags.c_contiguous and is_little_endian(loaded.dtype)
+        assert np.array_equal(loaded, np.asarray(value))
+
+
+# ---------------------------------------------------------------------------
+# compression decisions
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "arr",
+    [
+        np.zeros((256, 256), dtype=np.float32),
+        np.arange(100_000, dtype=np.int64),
+        np.ones((1000,), dtype=ml_dtypes.bfloat16),
+    ],
+    ids=["zeros_f32", "arange_i64", "ones_bf16"],
+)
+def test_compressible_data_is_compressed(tmp_path, arr):
+    path = tmp_path / "ck.lzy"
+    ls.save({"t": arr}, path, compression="zstd")
+    with ls.open(path) as ck:
+        info = ck.info("t")
+        assert info.compression == "zstd"
+        assert info.stored_nbytes < info.nbytes
+        assert info.nbytes == arr.nbytes
+        assert same_bits(ck["t"], arr)
+    # The whole file is smaller than the raw tensor.
+    assert path.stat().st_size < arr.nbytes
+
+
+def test_incompressible_data_stays_raw_and_zero_copy(tmp_path):
+    arr = np.random.default_rng(0).integers(0, 256, size=(512, 1024), dtype=np.uint8)
+    path = tmp_path / "ck.lzy"
+    ls.save({"noise": arr}, path, compression="zstd")
+    with ls.open(path) as ck:
+        info = ck.info("noise")
+        assert info.compression is None
+        assert info.stored_nbytes == info.nbytes == arr.nbytes
+        out = ck["noise"]
+        assert not out.flags.writeable
+        assert reaches_mmap(out)
+        assert np.shares_memory(out, ck["noise"])
+        assert same_bits(out, arr)
+
+
+def test_compression_level_is_accepted(tmp_path):
+    arr = np.arange(50_000, dtype=np.int32) % 7
+    for level in (1, 9):
+        path = tmp_path / f"l{level}.lzy"
+        ls.save({"t": arr}, path, compression="zstd", compression_level=level)
+        with ls.open(path) as ck:
+            assert ck.info("t").compression == "zstd"
+            assert same_bits(ck["t"], arr)
+
+
+def test_per_tensor_compression_override(tmp_path):
+    zeros = np.zeros((128, 128), dtype=np.float32)
+    path = tmp_path / "ck.lzy"
+    with ls.Writer(path, compression="zstd") as w:
+        w.add("default", zeros)
+        w.add("forced_raw", zeros, compression=None)
+    with ls.Writer(tmp_path / "b.lzy") as w:
+        w.add("default", zeros)
+        w.add("forced_zstd", zeros, compression="zstd")
+    with ls.open(path) as ck:
+        assert ck.info("default").compression == "zstd"
+        assert ck.info("forced_raw").compression is None
+        assert ck.info("forced_raw").stored_nbytes == zeros.nbytes
+        assert same_bits(ck["default"], zeros) and same_bits(ck["forced_raw"], zeros)
+    with ls.open(tmp_path / "b.lzy") as ck:
+        assert ck.info("default").compression is None
+        assert ck.info("forced_zstd").compression == "zstd"
+        assert same_bits(ck["forced_zstd"], zeros)
+
+
+# ---------------------------------------------------------------------------
+# metadata
+# ---------------------------------------------------------------------------
+
+
+def test_metadata_round_trips(tmp_path):
+    meta = {
+        "name": "llama-ish",
+        "step": 12345,
+        "big": 2**70,
+        "lr": 3e-4,
+        "neg": -0.5,
+        "flags": [True, False, None],
+        "nested": {"a": [1, 2, {"b": "c"}], "empty": {}, "list": []},
+        "unicode": "héllo wörld ✓ 模型 🚀",
+        "ключ": "значение",
+        "": "empty key",
+    }
+    path = tmp_path / "ck.lzy"
+    ls.save({"x": np.zeros(3)}, path, metadata=meta)
+    with ls.open(path) as ck:
+        assert ck.metadata == meta
+    with ls.Writer(tmp_path / "w.lzy", metadata=meta) as w:
+        w.add("x", np.ones(2))
+    with ls.open(tmp_path / "w.lzy") as ck:
+        assert ck.metadata == meta
+
+
+def test_no_metadata_is_empty_dict(tmp_path):
+    path = tmp_path / "ck.lzy"
+    ls.save({"x": np.zeros(3)}, path)
+    with ls.open(path) as ck:
+        assert ck.metadata == {}
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [{"lr": float("nan")}, {"nested": {"x": [1.0, float("inf")]}}, {"x": -float("inf")}, {"obj": object()}],
+    ids=["nan", "nested_inf", "neg_inf", "object"],
+)
+def test_bad_metadata_is_rejected(tmp_path, meta):
+    path = tmp_path / "ck.lzy"
+    with pytest.raises(ls.InvalidInputError):
+        ls.save({"x": np.zeros(3)}, path, metadata=meta)
+    with pytest.raises(ls.InvalidInputError):
+        ls.Writer(tmp_path / "w.lzy", metadata=meta)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_metadata_that_is_not_utf8_encodable_is_invalid_input(tmp_path):
+    # A lone surrogate cannot be encoded as UTF-8: that is bad input, like NaN.
+    with pytest.raises(ls.InvalidInputError):
+        ls.save({"x": np.zeros(3)}, tmp_path / "ck.lzy", metadata={"s": "\ud800"})
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------
+# invalid input
+# ---------------------------------------------------------------------------
+
+
+UNSUPPORTED = {
+    "object": np.array([object(), 1], dtype=object),
+    "str": np.array(["a", "bc"]),
+    "bytes": np.array([b"a", b"bc"]),
+    "datetime64": np.array(["2020-01-01"], dtype="datetime64[D]"),
+    "timedelta64": np.array([1], dtype="timedelta64[s]"),
+    "structured": np.zeros(2, dtype=[("a", "<i4"), ("b", "<f4")]),
+    "void": np.zeros(2, dtype="V4"),
+}
+if np.dtype(np.longdouble).itemsize > 8:
+    UNSUPPORTED["longdouble"] = np.zeros(3, dtype=np.longdouble)
+
+
+@pytest.mark.parametrize("value", list(UNSUPPORTED.values()), ids=list(UNSUPPORTED))
+def test_unsupported_dtype(tmp_path, value):
+    path = tmp_path / "ck.lzy"
+    with pytest.raises(ls.UnsupportedDtypeError) as exc:
+        ls.save({"x": value}, path)
+    assert isinstance(exc.value, TypeError) and isinstance(exc.value, ls.LazyStoreError)
+    with pytest.raises(ls.UnsupportedDtypeError):
+        with ls.Writer(path) as w:
+            w.add("x", value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("key", [1, b"bytes", None, ("a",), 1.5], ids=repr)
+def test_non_str_key(tmp_path, key):
+    with pytest.raises(ls.InvalidInputError):
+        ls.save({key: np.zeros(2)}, tmp_path / "ck.lzy")
+    with pytest.raises(ls.InvalidInputError):
+        with ls.Writer(tmp_path / "w.lzy") as w:
+            w.add(key, np.zeros(2))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("key", ["a\0b", "\0", "tail\0"], ids=repr)
+def test_key_with_nul(tmp_path, key):
+    with pytest.raises(ls.InvalidInputError):
+        ls.save({key: np.zeros(2)}, tmp_path / "ck.lzy")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_key_that_is_not_utf8_encodable_is_invalid_input(tmp_path):
+    # A lone surrogate is a str but cannot be stored as UTF-8; it must be
+    # refused like a NUL, as bad input, not fail later with a codec error.
+    with pytest.raises(ls.InvalidInputError):
+        ls.save({"ok": np.zeros(2), "bad\ud800": np.zeros(2)}, tmp_path / "ck.lzy")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unusual_but_valid_keys(tmp_path):
+    tensors = {"": np.zeros(1), "ünï/cødé.🚀": np.ones(2), "a b\tc\n": np.arange(3), "x" * 1000: np.zeros(0)}
+    path = tmp_path / "ck.lzy"
+    ls.save(tensors, path)
+    with ls.open(path) as ck:
+        assert list(ck) == list(tensors)
+        for k, v in tensors.items():
+            assert same_bits(ck[k], v)
+
+
+def test_duplicate_key(tmp_path):
+    path = tmp_path / "ck.lzy"
+    with pytest.raises(ls.InvalidInputError):
+        with ls.Writer(path) as w:
+            w.add("a", np.zeros(2))
+            w.add("a", np.ones(2))
+    assert list(tmp_path.iterdir()) == []
+    # The writer rejects the duplicate without spoiling what came before.
+    with ls.Writer(path) as w:
+        w.add("a", np.zeros(2))
+        with pytest.raises(ls.InvalidInputError):
+            w.add("a", np.ones(2))
+        w.add("b", np.ones(2))
+    with ls.open(path) as ck:
+        assert list(ck) == ["a", "b"]
+        assert same_bits(ck["a"], np.zeros(2)) and same_bits(ck["b"], np.ones(2))
+
+
+@pytest.mark.parametrize("compression", ["lz4", "ZSTD", "gzip", 3, True], ids=repr)
+def test_unknown_compression(tmp_path, compression):
+    with pytest.raises(ls.InvalidInputError):
+        ls.save({"x": np.zeros(2)}, tmp_path / "ck.lzy", compression=compression)
+    with pytest.raises(ls.InvalidInputError):
+        ls.Writer(tmp_path / "w.lzy", compression=compression)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ls.InvalidInputError):
+        with ls.Writer(tmp_path / "w.lzy") as w:
+            w.add("x", np.zeros(2), compression=compression)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_requires_a_mapping(tmp_path):
+    with pytest.raises(ls.InvalidInputError):
+        ls.save([("a", np.zeros(2))], tmp_path / "ck.lzy")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_invalid_input_errors_are_value_errors():
+    assert issubclass(ls.InvalidInputError, ValueError)
+    assert issubclass(ls.UnsupportedDtypeError, TypeError)
+    assert issubclass(ls.TensorNotFoundError, KeyError)
+    assert issubclass(ls.InvalidIndexError, IndexError)
+    for err in (ls.FormatError, ls.ChecksumError, ls.InvalidInputError, ls.ClosedError, ls.TensorNotFoundError):
+        assert issubclass(err, ls.LazyStoreError)

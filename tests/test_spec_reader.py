@@ -1,0 +1,484 @@
+"""An independent reader of format 1.0, written from docs/format.md alone.
+
+``SpecFile`` uses only struct, json, xxhash, zstandard, numpy and ml_dtypes;
+lazystore is used only to *write* the files it reads. Rule ids (T5, E13, ...)
+refer to docs/format.md section 13.4. The tests check that it decodes what
+lazystore writes to exactly what ``lazystore.load`` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+import xxhash
+import zstandard
+
+# ----------------------------------------------------------------------------
+# The reader (docs/format.md only)
+# ----------------------------------------------------------------------------
+
+MAGIC = b"\x89LZY\r\n\x1a\n"
+DTYPES = {code: np.dtype(t).newbyteorder("<") for code, t in enumerate(
+    [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+     np.float16, np.float32, np.float64, np.complex64, np.complex128,
+     ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2], start=1)}
+
+
+class SpecError(ValueError):
+    pass
+
+
+class SpecVersionError(SpecError):
+    pass
+
+
+def require(ok, rule: str) -> None:
+    if not ok:
+        raise SpecError(f"invalid file: rule {rule}")
+
+
+def align_up(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+def check_version(major: int, minor: int, rule: str) -> None:
+    if major > 1:
+        raise SpecVersionError(f"file is format {major}.{minor}; a newer reader is needed")
+    require(major >= 1, rule)
+
+
+class SpecFile:
+    def __init__(self, path, tail_bytes: int = 65536):
+        self.file = open(path, "rb")
+        self.size = S = self.file.seek(0, 2)
+        self.reads = 0
+        require(S >= 56, "F1")
+        tail_start = max(0, S - tail_bytes)
+        tail = self.read(tail_start, S - tail_start)
+        idx_off, idx_len, idx_sum, major, minor, reserved, magic = struct.unpack("<QQQHHI8s", tail[-40:])
+        require(magic == MAGIC, "T1")
+        check_version(major, minor, "T2")
+        require(reserved == 0, "T3")
+        require(idx_len <= 1 << 30, "T4")
+        require(idx_len >= 64 and idx_off >= 16 and idx_off + idx_len + 40 == S, "T5")
+        self.version, self.index_offset = (major, minor), idx_off
+        if idx_off >= tail_start:
+            index = tail[idx_off - tail_start : idx_off - tail_start + idx_len]
+        else:
+            index = self.read(idx_off, idx_len)
+        require(xxhash.xxh3_64_intdigest(index) == idx_sum, "I1 (index checksum)")
+        esize, csize, T, ndims, nchunks, knb, mnb, A, r1, r2 = struct.unpack_from("<IIQQQQQIIQ", index)
+        require(r1 == 0 and r2 == 0, "I2")
+        require(esize >= 48 and esize % 8 == 0 and csize >= 16 and csize % 8 == 0, "I3")
+        require(8 <= A <= 1 << 30 and A & (A - 1) == 0, "I4")
+        require(64 + T * esize + ndims * 8 + nchunks * csize + knb + mnb == idx_len, "I5")
+        self.alignment = A
+        pos = 64 + T * esize
+        dims = struct.unpack_from(f"<{ndims}Q", index, pos)
+        pos += ndims * 8
+        records = [struct.unpack_from("<QQ", index, pos + j * csize) for j in range(nchunks)]
+        pos += nchunks * csize
+        keys, meta = index[pos : pos + knb], index[pos + knb : pos + knb + mnb]
+        # Keys
+        require(keys.count(0) == T and (keys[-1:] == b"\0" if T else not keys), "K1")
+        try:
+            names = keys[:-1].decode("utf-8").split("\0") if T else []
+        except UnicodeDecodeError:
+            raise SpecError("invalid file: rule K2") from None
+        require(len(set(names)) == T, "K3")
+        # Entries
+        self.entries, dim_pos, chunk_pos, end = {}, 0, 0, align_up(16, A)
+        for i, name in enumerate(names):
+            (off, stored, nbytes, count, extent, code, codec, ndim, axis, planes,
+             res) = struct.unpack_from("<QQQQQBBBBB3s", index, 64 + i * esize)
+            require(res == b"\0\0\0", "E1")
+            require(code in DTYPES, "E2")
+            require(codec in (0, 1), "E3")
+            item = DTYPES[code].itemsize
+            require(planes == 1 or (codec == 1 and planes == item), "E4")
+            require(ndim <= 64, "E5")
+            require(dim_pos + ndim <= ndims, "E6")
+            shape = dims[dim_pos : dim_pos + ndim]
+            dim_pos += ndim
+            require(all(d < 1 << 62 for d in shape), "E7")
+            elements = int(np.prod(shape, dtype=object)) if shape else 1
+            require(elements * item < 1 << 62, "E8")
+            require(nbytes == elements * item, "E9")
+            require(axis < max(ndim, 1), "E10")
+            L = shape[axis] if ndim else 1
+            if nbytes == 0:
+                require(extent == 0 and axis == 0 and count == 0, "E11")
+            else:
+                require(1 <= extent <= L, "E12")
+                prefix = int(np.prod(shape[:axis], dtype=object)) if axis else 1
+                require(count == prefix * -(-L // extent), "E13")
+            require(chunk_pos + count <= nchunks, "E14")
+            inner = item * (int(np.prod(shape[axis + 1 :], dtype=object)) if ndim > axis + 1 else 1)
+            chunks, at = [], off
+            for c in range(count):  # (stored offset, stored len, checksum, decoded offset, decoded len)
+                c_stored, c_sum = records[chunk_pos + c]
+                nb = -(-L // extent)
+                p, b = divmod(c, nb)
+                dlen = min(extent, L - b * extent) * inner
+                require(c_stored <= idx_off, "C1")
+                require(codec == 1 or c_stored == dlen, "C2")
+                require(codec == 0 or (c_stored >= 4 * planes and dlen // 32768 <= c_stored), "C3")
+                chunks.append((at, c_stored, c_sum, (p * L + b * extent) * inner, dlen))
+                at += c_stored
+            chunk_pos += count
+            require(at - off == stored, "L2")
+            require(off <= idx_off and off == end, "L3")
+            end = align_up(off + stored, A)
+            self.entries[name] = dict(dtype=DTYPES[code], shape=tuple(shape), nbytes=nbytes, codec=codec,
+                                      planes=planes, axis=axis, extent=extent, offset=off,
+                                      stored=stored, chunks=chunks)
+        require(dim_pos == ndims, "E6")
+        require(chunk_pos == nchunks, "E14")
+        require(sum(r[0] for r in records) <= idx_off, "L1")
+        require(end == idx_off, "L4")
+        self.metadata = self._metadata(meta)
+        self.preamble_checked = tail_start == 0
+        if self.preamble_checked:
+            self.check_preamble(tail)
+
+    def read(self, offset: int, n: int) -> bytes:
+        self.reads += 1
+        self.file.seek(offset)
+        data = self.file.read(n)
+        require(len(data) == n, "file shrank")
+        return data
+
+    @staticmethod
+    def _metadata(blob: bytes) -> dict:
+        if not blob:
+            return {}
+        try:
+            text = blob.decode("utf-8")
+            require(not text.startswith("\ufeff"), "M1 (BOM)")
+            value = json.loads(text, parse_constant=lambda tok: (_ for _ in ()).throw(ValueError(tok)))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise SpecError("invalid file: rule M1") from None
+        require(isinstance(value, dict), "M1 (not an object)")
+        return value
+
+    def check_preamble(self, head: bytes) -> None:
+        magic, major, minor, reserved = struct.unpack_from("<8sHHI", head)
+        require(magic == MAGIC, "P1")
+        check_version(major, minor, "P2")
+        require(reserved == 0, "P3")
+        require((major, minor) == self.version, "P4")
+        require(not any(head[16 : align_up(16, self.alignment)]), "P5")
+
+    def decode_chunk(self, e: dict, chunk) -> bytes:
+        at, n, checksum, _, dlen = chunk
+        blob = self.read(at, n)
+        require(xxhash.xxh3_64_intdigest(blob) == checksum, "D1 (chunk checksum)")
+        if e["codec"] == 0:
+            return blob
+        P = e["planes"]
+        lengths = struct.unpack_from(f"<{P}I", blob)
+        require(4 * P + sum(lengths) == n, "D2")
+        plane_len, pos, out = dlen // P, 4 * P, np.empty((dlen // P, P), np.uint8)
+        for j, length in enumerate(lengths):
+            plane = blob[pos : pos + length]
+            pos += length
+            require(length <= plane_len, "D3 (plane longer than decoded)")
+            if length < plane_len:
+                try:
+                    require(zstandard.frame_content_size(plane) in (plane_len, -1), "D3 (declared size)")
+                    d = zstandard.ZstdDecompressor()
+                    d.decompress(plane, max_output_size=plane_len)  # bounded: fails beyond plane_len
+                    obj = d.decompressobj()  # now safe: one frame, no trailing bytes, exact size
+                    plane = obj.decompress(plane)
+                    require(obj.eof and not obj.unused_data and len(plane) == plane_len, "D3 (one exact frame)")
+                except zstandard.ZstdError:
+                    raise SpecError("invalid file: rule D3 (zstd)") from None
+            out[:, j] = np.frombuffer(plane, np.uint8)
+        return out.tobytes()
+
+    def _assemble(self, e: dict, chunk_ids) -> np.ndarray:
+        buf = bytearray(e["nbytes"])
+        for c in chunk_ids:
+            chunk = e["chunks"][c]
+            buf[chunk[3] : chunk[3] + chunk[4]] = self.decode_chunk(e, chunk)
+        return np.frombuffer(bytes(buf), dtype=e["dtype"]).reshape(e["shape"])
+
+    def tensor(self, name: str) -> np.ndarray:
+        e = self.entries[name]
+        return self._assemble(e, range(len(e["chunks"])))
+
+    def slice(self, name: str, index: tuple) -> tuple[np.ndarray, list[int]]:
+        """Basic index of slices and ints; returns the result and the chunks read (section 13.3)."""
+        e = self.entries[name]
+        shape, k, ext = e["shape"], e["axis"], e["extent"]
+        index = index + (slice(None),) * (len(shape) - len(index))
+        sel = [range(*i.indices(d)) if isinstance(i, slice) else range(i % d, i % d + 1)
+               for i, d in zip(index, shape)]
+        if not e["chunks"] or any(len(s) == 0 for s in sel):
+            ids = []
+        elif not shape:
+            ids = [0]
+        else:
+            blocks = sorted({j // ext for j in sel[k]})
+            grid = shape[:k] + (-(-shape[k] // ext),)
+            ids = np.ravel_multi_index(np.ix_(*[list(s) for s in sel[:k]], blocks), grid).ravel().tolist()
+        return self._assemble(e, ids)[index], ids
+
+    def verify(self) -> None:
+        """V1-V3: every checksum, every padding byte, the preamble."""
+        self.check_preamble(self.read(0, align_up(16, self.alignment)))
+        for e in self.entries.values():
+            for at, n, checksum, _, _ in e["chunks"]:
+                require(xxhash.xxh3_64_intdigest(self.read(at, n)) == checksum, "V1")
+            end = e["offset"] + e["stored"]
+            require(not any(self.read(end, align_up(end, self.alignment) - end)), "V2")
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def spec_load(path) -> tuple[dict[str, np.ndarray], dict]:
+    f = SpecFile(path)
+    try:
+        return {name: f.tensor(name) for name in f.entries}, f.metadata
+    finally:
+        f.close()
+
+
+# ----------------------------------------------------------------------------
+# Tests: files written by lazystore
+# ----------------------------------------------------------------------------
+
+ls = pytest.importorskip("lazystore")
+DOC = Path(__file__).resolve().parents[1] / "docs" / "format.md"
+
+
+def assert_same(ours: dict, theirs: dict) -> None:
+    assert list(ours) == list(theirs)
+    for name in theirs:
+        a, b = ours[name], theirs[name]
+        assert (a.dtype, a.shape) == (b.dtype, b.shape), name
+        assert a.tobytes() == b.tobytes(), name
+
+
+def sample_tensors(rng) -> dict[str, np.ndarray]:
+    smooth = np.linspace(-3, 3, 600).reshape(20, 30)  # compressible high bytes
+    t = {name: smooth.astype(dt) for name, dt in [
+        ("f16", np.float16), ("f32", np.float32), ("f64", np.float64), ("bf16", ml_dtypes.bfloat16),
+        ("f8e4m3", ml_dtypes.float8_e4m3fn), ("f8e5m2", ml_dtypes.float8_e5m2),
+        ("c64", np.complex64), ("c128", np.complex128)]}
+    for dt in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64):
+        t[np.dtype(dt).name] = (np.arange(210) % 100).astype(dt).reshape(7, 5, 6)
+    t["bool"] = rng.random((9, 13)) > 0.5
+    t["noise"] = rng.standard_normal((3, 50)).astype(np.float32)  # chunked on axis 1
+    t["deep"] = np.arange(240, dtype=np.float32).reshape(2, 3, 40)  # chunked on axis 2
+    t["scalar"] = np.array(2.5, dtype=ml_dtypes.bfloat16)
+    t["scalar_i64"] = np.array(-7, dtype=np.int64)
+    t["empty"] = np.zeros((0,), dtype=np.float32)
+    t["empty_3d"] = np.zeros((3, 0, 2), dtype=np.int16)
+    t["big_row"] = np.arange(100, dtype=np.float64).reshape(1, 100)
+    t["long"] = np.linspace(0, 1, 4096, dtype=np.float32).reshape(8, 512)  # many compressed chunks
+    return t
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+@pytest.mark.parametrize("chunk_bytes", [64, 1024, 1 << 20])
+def test_decodes_like_lazystore(tmp_path, compression, chunk_bytes):
+    path = tmp_path / "t.lzy"
+    meta = {"step": 10, "name": "μ-model", "cfg": {"lr": 1e-3, "layers": [1, 2]}}
+    ls.save(sample_tensors(np.random.default_rng(0)), path, compression=compression,
+            metadata=meta, chunk_bytes=chunk_bytes)
+    ours, our_meta = spec_load(path)
+    assert_same(ours, ls.load(path))
+    assert our_meta == meta == ls.open(path).metadata
+    f = SpecFile(path)
+    f.verify()
+    codecs = {e["codec"] for e in f.entries.values()}
+    assert codecs == ({0, 1} if compression else {0})  # zstd for some, raw fallback for others
+    if chunk_bytes == 64:
+        assert max(len(e["chunks"]) for e in f.entries.values()) > 10
+        assert {e["axis"] for e in f.entries.values()} >= {0, 1, 2}
+    for e in f.entries.values():  # the writer follows the grid recommendation of section 15
+        assert (e["axis"], e["extent"]) == recommended_grid(e["shape"], e["dtype"].itemsize, chunk_bytes)
+    f.close()
+
+
+def recommended_grid(shape, itemsize, B):
+    if 0 in shape:
+        return 0, 0
+    if not shape:
+        return 0, 1
+    k, inner = len(shape) - 1, itemsize
+    while k > 0 and inner * shape[k] <= B:
+        inner, k = inner * shape[k], k - 1
+    return k, max(1, min(shape[k], B // inner))
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_slices_read_only_touched_chunks(tmp_path, compression):
+    path = tmp_path / "s.lzy"
+    arrays = {"m": np.arange(7 * 5 * 6, dtype=np.float32).reshape(7, 5, 6) // 3,
+              "v": np.arange(1000, dtype=np.int32) // 7, "s": np.array(3, np.uint16)}
+    ls.save(arrays, path, compression=compression, chunk_bytes=64)
+    f = SpecFile(path)
+    with ls.open(path) as ck:
+        for name, index in [("m", (2,)), ("m", (slice(1, 6, 2), 3)), ("m", (slice(None), slice(None), 4)),
+                            ("m", (-1, slice(4, 1, -1))), ("v", (slice(990, None),)), ("v", (slice(5, 5),)),
+                            ("s", ())]:
+            got, ids = f.slice(name, index)
+            want = ck.get_slice(name)[index]
+            assert np.array_equal(got, want) and np.array_equal(got, arrays[name][index])
+            if index != (slice(None), slice(None), 4):  # the chunk axis is 1: every chunk spans axis 2
+                assert len(ids) < len(f.entries[name]["chunks"]) or name == "s"
+    f.close()
+
+
+def test_single_plane_zstd(tmp_path):
+    class OnePlane(ls.ZstdPlanes):  # codec 1 with planes = 1 (rule E4 allows it)
+        def planes_for(self, itemsize):
+            return 1
+
+    path = tmp_path / "p.lzy"
+    arrays = {"a": np.zeros((64, 64), np.float32), "b": np.arange(4096, dtype=np.int64) % 5}
+    ls.save(arrays, path, compression=OnePlane(), chunk_bytes=4096)
+    f = SpecFile(path)
+    assert {(e["codec"], e["planes"]) for e in f.entries.values()} == {(1, 1)}
+    assert_same(spec_load(path)[0], ls.load(path))
+
+
+@pytest.mark.parametrize("alignment", [8, 16, 4096])
+def test_alignments(tmp_path, alignment):
+    path = tmp_path / "a.lzy"
+    with ls.Writer(path, alignment=alignment, compression="zstd") as w:
+        w.add("x", np.arange(33, dtype=np.uint8))
+        w.add("y", np.ones((4, 4), np.float64), compression=None)
+    f = SpecFile(path)
+    assert f.alignment == alignment and all(e["offset"] % alignment == 0 for e in f.entries.values())
+    f.verify()
+    assert_same(spec_load(path)[0], ls.load(path))
+
+
+def test_empty_checkpoint_and_odd_keys(tmp_path):
+    ls.save({}, tmp_path / "e.lzy")
+    assert spec_load(tmp_path / "e.lzy") == ({}, {})
+    ls.save({}, tmp_path / "m.lzy", metadata={"only": "metadata"})
+    assert spec_load(tmp_path / "m.lzy") == ({}, {"only": "metadata"})
+    arrays = {"": np.ones(2), "é/ü.weight": np.zeros(3), "e\u0301": np.ones(1), "日本": np.arange(3)}
+    ls.save(arrays, tmp_path / "k.lzy")
+    assert_same(spec_load(tmp_path / "k.lzy")[0], ls.load(tmp_path / "k.lzy"))
+
+
+def test_index_in_one_or_two_reads(tmp_path):
+    ls.save({"a": np.zeros(10)}, tmp_path / "small.lzy")
+    assert SpecFile(tmp_path / "small.lzy").reads == 1
+    many = {f"layer{i}.weight": np.full((2, 2), i, np.float32) for i in range(1500)}
+    ls.save(many, tmp_path / "big.lzy")  # index of ~100 KiB: larger than the tail read
+    f = SpecFile(tmp_path / "big.lzy")
+    assert f.reads == 2 and f.size - f.index_offset > 65536 and not f.preamble_checked
+    assert_same({n: f.tensor(n) for n in f.entries}, ls.load(tmp_path / "big.lzy"))
+
+
+# -- rewriting files at the byte level, from the spec -----------------------------
+
+
+def rewrite(path, *, version=None, extra_entry=0, extra_record=0, index_edit=None) -> None:
+    """Re-encode ``path``'s index (wider records, another version, an edit) and fix its checksum."""
+    data = bytearray(Path(path).read_bytes())
+    off, length, _, major, minor, _, _ = struct.unpack_from("<QQQHHI8s", data, len(data) - 40)
+    index = bytes(data[off : off + length])
+    esize, csize, T, nd, nc, *rest = struct.unpack_from("<IIQQQQQIIQ", index)
+    entries = b"".join(index[64 + i * esize : 64 + (i + 1) * esize] + b"\xab" * extra_entry for i in range(T))
+    pos = 64 + T * esize
+    dims, pos = index[pos : pos + 8 * nd], pos + 8 * nd
+    recs = b"".join(index[pos + j * csize : pos + (j + 1) * csize] + b"\xcd" * extra_record for j in range(nc))
+    tail = index[pos + nc * csize :]
+    header = struct.pack("<IIQQQQQIIQ", esize + extra_entry, csize + extra_record, T, nd, nc, *rest)
+    index = bytearray(header + entries + dims + recs + tail)
+    if index_edit:
+        index_edit(index)
+    major, minor = version or (major, minor)
+    struct.pack_into("<HH", data, 8, major, minor)
+    trailer = struct.pack("<QQQHHI8s", off, len(index), xxhash.xxh3_64_intdigest(index), major, minor, 0, MAGIC)
+    Path(path).write_bytes(bytes(data[:off]) + bytes(index) + trailer)
+
+
+def test_newer_minor_with_wider_records(tmp_path):
+    path = tmp_path / "v11.lzy"
+    ls.save(sample_tensors(np.random.default_rng(1)), path, compression="zstd", chunk_bytes=64)
+    expected = ls.load(path)
+    rewrite(path, version=(1, 1), extra_entry=8, extra_record=16)
+    f = SpecFile(path)
+    assert f.version == (1, 1)
+    f.verify()
+    assert_same(spec_load(path)[0], expected)
+    assert_same(ls.load(path), expected)
+
+
+def test_newer_major_is_refused_with_upgrade_message(tmp_path):
+    path = tmp_path / "v2.lzy"
+    ls.save({"a": np.zeros(3)}, path)
+    rewrite(path, version=(2, 0))
+    with pytest.raises(SpecVersionError, match="2.0.*newer reader"):
+        SpecFile(path)
+    with pytest.raises(ls.UnsupportedVersionError, match="upgrade"):
+        ls.open(path)
+
+
+def test_both_readers_refuse_corruption(tmp_path):
+    path = tmp_path / "c.lzy"
+    ls.save({"a": np.linspace(0, 1, 4096, dtype=np.float32)}, path, compression="zstd", chunk_bytes=1024)
+    clean = path.read_bytes()
+    f = SpecFile(path)
+    e = f.entries["a"]
+    assert e["codec"] == 1
+    # Each variant gets its own file: lazystore may still be reading a file it
+    # failed on from other threads, so rewriting it in place could crash.
+    for i, (where, rule) in enumerate([(e["chunks"][1][0] + 5, "D1"), (f.index_offset + 70, "I1"),
+                                       (len(clean) - 3, "T1")]):
+        bad = bytearray(clean)
+        bad[where] ^= 0x40
+        (tmp_path / f"bad{i}.lzy").write_bytes(bad)
+        with pytest.raises(SpecError, match=rule):
+            SpecFile(tmp_path / f"bad{i}.lzy").tensor("a")
+        with pytest.raises(ls.FormatError):
+            ls.load(tmp_path / f"bad{i}.lzy")
+    bad = bytearray(clean)  # nonzero padding: only verification notices
+    bad[e["offset"] + e["stored"]] = 1
+    (tmp_path / "pad.lzy").write_bytes(bad)
+    with pytest.raises(SpecError, match="V2"):
+        SpecFile(tmp_path / "pad.lzy").verify()
+    assert ls.open(tmp_path / "pad.lzy").verify() == ["a"]
+    lie = tmp_path / "lie.lzy"  # an index that breaks a grid rule, checksum fixed
+    lie.write_bytes(clean)
+    rewrite(lie, index_edit=lambda ix: struct.pack_into("<Q", ix, 64 + 32, 3))  # chunk_extent
+    with pytest.raises(SpecError, match="E13"):
+        SpecFile(lie)
+    with pytest.raises(ls.FormatError, match="chunk count"):
+        ls.open(lie)
+
+
+def test_worked_example_matches_writer(tmp_path):
+    """The annotated bytes in docs/format.md section 16 are what lazystore writes."""
+    text = DOC.read_text(encoding="utf-8")
+    block = text.split("<!-- worked-example: begin")[1].split("<!-- worked-example: end")[0]
+    expected, pos = bytearray(), 0
+    for line in block.splitlines():
+        m = re.match(r"^([0-9a-f]{4})  ((?:[0-9a-f]{2})(?: [0-9a-f]{2})*)(?: × (\d+))?(?:  |$)", line)
+        if m:
+            assert int(m[1], 16) == pos, line
+            chunk = bytes.fromhex(m[2]) * int(m[3] or 1)
+            expected += chunk
+            pos += len(chunk)
+    path = tmp_path / "example.lzy"
+    ls.save({"w": np.arange(6, dtype=np.float32).reshape(2, 3), "step": np.array(7, dtype=np.int16)},
+            path, metadata={"epoch": 3}, chunk_bytes=16)
+    assert path.read_bytes() == bytes(expected)
+    tensors, meta = spec_load(path)
+    assert meta == {"epoch": 3} and tensors["step"].shape == () and tensors["step"] == 7
+    assert tensors["w"].tolist() == [[0, 1, 2], [3, 4, 5]]
