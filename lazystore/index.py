@@ -126,37 +126,32 @@ class Index:
         check.each((codec == 0) & (planes != 1), "raw tensor with byte planes")
         check.each((codec == 1) & (planes != 1) & (planes != itemsize), "invalid byte plane count")
 
-        # Shapes: lay every shape out as a row padded with 1s, then reduce.
+        # Shapes: products over each tensor's slice of the flat dims array,
+        # so memory stays proportional to the index, whatever the ndims.
         ndim = e["ndim"].astype(np.int64)
         check.each(ndim > MAX_NDIM, f"more than {MAX_NDIM} dimensions")
         if int(ndim.sum()) != len(raw.dims):
             raise FormatError(f"shapes need {int(ndim.sum())} dimensions but the index holds {len(raw.dims)}")
         dims_start = np.cumsum(ndim) - ndim
-        width = max(int(ndim.max(initial=0)), 1)
-        col = np.arange(width)
-        present = col[None, :] < ndim[:, None]
-        padded = np.ones((n, width), dtype=np.uint64)
-        padded[present] = raw.dims
-        check.each((padded >= 1 << 62).any(axis=1), "absurd dimension")
+        shapes = _Shapes(raw.dims, dims_start, ndim)
+        check.each(shapes.max_dim() >= 1 << 62, "absurd dimension")
         # Float products catch overflow; below 2**62 the integer product is
         # exact. Zero-size tensors count their other dimensions too, so no
         # shape can overflow once a reader reshapes with it.
-        as_float = padded.astype(np.float64)
-        check.each(np.prod(np.maximum(as_float, 1.0), axis=1) >= 2.0**62, "shape overflows")
-        elements_f = np.prod(as_float, axis=1)
-        nbytes_f = elements_f * itemsize.astype(np.float64)
-        check.each(nbytes_f >= 2.0**62, "tensor size overflows")
-        nbytes = np.prod(padded, axis=1) * itemsize
+        check.each(shapes.product(ndim, as_float=True, zero_as_one=True) >= 2.0**62, "shape overflows")
+        check.each(shapes.product(ndim, as_float=True) * itemsize >= 2.0**62, "tensor size overflows")
+        elements = shapes.product(ndim)
+        nbytes = elements * itemsize
         check.each(nbytes != e["nbytes"], "byte size does not match dtype x shape")
 
         # Chunk grid: a chunk count and per-chunk sizes follow from the shape.
         axis = e["chunk_axis"].astype(np.int64)
         extent = e["chunk_extent"]
         check.each(axis >= np.maximum(ndim, 1), "chunk axis out of range")
-        axis = np.minimum(axis, width - 1)
-        axis_len = padded[np.arange(n), axis]
-        prefix = np.prod(np.where(col[None, :] < axis[:, None], padded, 1), axis=1)
-        inner = np.prod(np.where(col[None, :] > axis[:, None], padded, 1), axis=1) * itemsize
+        axis_len = shapes.dim(axis, ndim)
+        prefix = shapes.product(axis)
+        rows = prefix * axis_len
+        inner = np.where(rows > 0, elements // np.maximum(rows, 1), 0) * itemsize
         empty = nbytes == 0
         check.each(empty & ((extent != 0) | (axis != 0) | (e["chunk_count"] != 0)), "empty tensor with chunks")
         check.each(~empty & ((extent == 0) | (extent > axis_len)), "chunk extent out of range")
@@ -202,6 +197,43 @@ class Index:
         chunk_offsets = offset[owner] + (running[:-1] - running[chunk_start[owner]]) if n else running[:0]
         metadata = _decode_metadata(raw.metadata)
         return cls(raw, names, positions, metadata, dims_start, chunk_start, chunk_offsets, raw_len, index_offset)
+
+
+class _Shapes:
+    """Per-tensor reductions over the concatenated dims of every shape.
+
+    Each shape is laid out behind a leading 1 so no segment is empty (numpy's
+    reduceat treats empty segments specially); memory stays linear in the
+    index size."""
+
+    def __init__(self, dims: np.ndarray, dims_start: np.ndarray, ndim: np.ndarray):
+        n = len(ndim)
+        self.seg = dims_start + np.arange(n)  # where each tensor's leading 1 sits
+        self.ext = np.ones(len(dims) + n + 1, dtype=np.uint64)  # +1: a final bound for reduceat
+        mask = np.ones(len(self.ext), dtype=bool)
+        mask[self.seg] = False
+        mask[-1] = False
+        self.ext[mask] = dims
+
+    def product(self, count: np.ndarray, *, as_float: bool = False, zero_as_one: bool = False) -> np.ndarray:
+        """Product of each tensor's first ``count`` dimensions."""
+        values = self.ext.astype(np.float64) if as_float else self.ext
+        if zero_as_one:
+            values = np.maximum(values, 1)
+        if not len(self.seg):
+            return values[:0]
+        bounds = np.column_stack([self.seg, self.seg + 1 + count]).ravel()
+        return np.multiply.reduceat(values, bounds)[::2]
+
+    def max_dim(self) -> np.ndarray:
+        if not len(self.seg):
+            return self.ext[:0]
+        return np.maximum.reduceat(self.ext[:-1], self.seg)
+
+    def dim(self, axis: np.ndarray, ndim: np.ndarray) -> np.ndarray:
+        """Each tensor's length along ``axis`` (1 for 0-d tensors)."""
+        at = self.seg + 1 + np.minimum(axis, np.maximum(ndim - 1, 0))
+        return np.where(ndim > 0, self.ext[at], 1).astype(np.uint64)
 
 
 class _Checker:

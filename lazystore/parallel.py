@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -28,4 +28,8 @@ def run_all(fn, items) -> list:
     if len(items) <= 1 or threading.current_thread().name.startswith("lazystore"):
         # Nested use from a pool thread would deadlock a bounded pool.
         return [fn(x) for x in items]
-    return list(pool().map(fn, items))
+    futures = [pool().submit(fn, x) for x in items]
+    # Wait for every task before raising: a task still running after the
+    # caller has given up could read a file the caller then closes.
+    wait(futures)
+    return [f.result() for f in futures]

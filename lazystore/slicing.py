@@ -40,12 +40,15 @@ def selection(index, shape: tuple[int, ...]) -> list[range]:
 def _axis_range(item, length: int, axis: int) -> range:
     if isinstance(item, slice):
         return range(*item.indices(length))
-    if isinstance(item, bool) or not hasattr(item, "__index__"):
+    try:
+        if isinstance(item, bool):  # numpy treats bools as masks, not ints
+            raise TypeError
+        i = operator.index(item)
+    except TypeError:
         raise InvalidIndexError(
             f"get_slice supports basic indexing only (ints, slices, Ellipsis, None), "
             f"got {type(item).__name__}; read the tensor with ck[name] for advanced indexing"
-        )
-    i = operator.index(item)
+        ) from None
     if not -length <= i < length:
         raise InvalidIndexError(f"index {i} is out of bounds for axis {axis} with size {length}")
     i %= length

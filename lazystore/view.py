@@ -67,9 +67,11 @@ class CheckpointView(Mapping):
         return iter(self._positions)
 
     def __len__(self) -> int:
+        self._check_open()
         return len(self._positions)
 
     def __contains__(self, name) -> bool:
+        self._check_open()
         return name in self._positions
 
     # -- the rest of the API ---------------------------------------------------
@@ -77,6 +79,7 @@ class CheckpointView(Mapping):
     @property
     def metadata(self) -> dict:
         """The JSON metadata given at save time (the same dict on every access)."""
+        self._check_open()
         return self._index.metadata
 
     def info(self, name: str) -> TensorInfo:
@@ -90,9 +93,11 @@ class CheckpointView(Mapping):
     def select(self, keys_or_glob) -> "CheckpointView":
         """A view of some tensors: a glob pattern (str) or an iterable of names.
 
-        The selection shares this view's file; closing either closes neither
-        the file for the other (the parent owns it).
+        The selection shares this view's file, which the parent owns: closing
+        the parent closes the selection too; closing the selection alone
+        leaves the parent open.
         """
+        self._check_open()
         names = self._resolve(keys_or_glob)
         sub = object.__new__(CheckpointView)
         sub.__dict__.update(self.__dict__)
@@ -150,13 +155,14 @@ class CheckpointView(Mapping):
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{len(self)} tensors"
+        state = "closed" if self._closed or self._source.closed else f"{len(self._positions)} tensors"
         return f"<CheckpointView {self._source.name!r}: {state}>"
 
     # -- internals ---------------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._closed:
+        # A selection shares its parent's source, so the parent closing it counts.
+        if self._closed or self._source.closed:
             raise ClosedError(f"checkpoint {self._source.name!r} is closed")
 
     def _pos(self, name: str) -> int:

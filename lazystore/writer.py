@@ -175,6 +175,10 @@ class Writer:
             raise InvalidInputError(f"tensor names must be str, got {type(name).__name__}: {name!r}")
         if "\0" in name:
             raise InvalidInputError(f"tensor name {name!r} contains a NUL character")
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInputError(f"tensor name {name!r} cannot be encoded as UTF-8") from None
         if name in self._seen:
             raise InvalidInputError(f"duplicate tensor name {name!r}")
 
@@ -222,9 +226,9 @@ def _encode_metadata(metadata: Mapping) -> bytes:
         return b""
     try:
         text = json.dumps(metadata, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"metadata must be JSON-serialisable (no NaN/inf): {exc}") from None
-    return text.encode("utf-8")
+        return text.encode("utf-8")
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        raise InvalidInputError(f"metadata must be JSON-serialisable (no NaN/inf, valid text): {exc}") from None
 
 
 def _chunk_records(lengths: list[int], checksums: list[int]) -> np.ndarray:

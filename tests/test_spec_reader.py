@@ -47,6 +47,17 @@ def align_up(x: int, a: int) -> int:
     return -(-x // a) * a
 
 
+def _reject(token: str):
+    raise ValueError(f"{token} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if abs(value) == float("inf"):
+        raise ValueError(f"{text} overflows a binary64")
+    return value
+
+
 def check_version(major: int, minor: int, rule: str) -> None:
     if major > 1:
         raise SpecVersionError(f"file is format {major}.{minor}; a newer reader is needed")
@@ -56,6 +67,13 @@ def check_version(major: int, minor: int, rule: str) -> None:
 class SpecFile:
     def __init__(self, path, tail_bytes: int = 65536):
         self.file = open(path, "rb")
+        try:
+            self._open(tail_bytes)
+        except BaseException:
+            self.file.close()
+            raise
+
+    def _open(self, tail_bytes: int) -> None:
         self.size = S = self.file.seek(0, 2)
         self.reads = 0
         require(S >= 56, "F1")
@@ -108,6 +126,7 @@ class SpecFile:
             dim_pos += ndim
             require(all(d < 1 << 62 for d in shape), "E7")
             elements = int(np.prod(shape, dtype=object)) if shape else 1
+            require(int(np.prod([max(d, 1) for d in shape], dtype=object)) < 1 << 62, "E8 (shape)")
             require(elements * item < 1 << 62, "E8")
             require(nbytes == elements * item, "E9")
             require(axis < max(ndim, 1), "E10")
@@ -161,7 +180,7 @@ class SpecFile:
         try:
             text = blob.decode("utf-8")
             require(not text.startswith("\ufeff"), "M1 (BOM)")
-            value = json.loads(text, parse_constant=lambda tok: (_ for _ in ()).throw(ValueError(tok)))
+            value = json.loads(text, parse_constant=_reject, parse_float=_finite)
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise SpecError("invalid file: rule M1") from None
         require(isinstance(value, dict), "M1 (not an object)")
@@ -239,16 +258,16 @@ class SpecFile:
             end = e["offset"] + e["stored"]
             require(not any(self.read(end, align_up(end, self.alignment) - end)), "V2")
 
-    def close(self) -> None:
+    def __enter__(self) -> "SpecFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
         self.file.close()
 
 
 def spec_load(path) -> tuple[dict[str, np.ndarray], dict]:
-    f = SpecFile(path)
-    try:
+    with SpecFile(path) as f:
         return {name: f.tensor(name) for name in f.entries}, f.metadata
-    finally:
-        f.close()
 
 
 # ----------------------------------------------------------------------------
@@ -296,17 +315,18 @@ def test_decodes_like_lazystore(tmp_path, compression, chunk_bytes):
             metadata=meta, chunk_bytes=chunk_bytes)
     ours, our_meta = spec_load(path)
     assert_same(ours, ls.load(path))
-    assert our_meta == meta == ls.open(path).metadata
-    f = SpecFile(path)
-    f.verify()
-    codecs = {e["codec"] for e in f.entries.values()}
+    with ls.open(path) as ck:
+        assert our_meta == meta == ck.metadata
+    with SpecFile(path) as f:
+        f.verify()
+        entries = list(f.entries.values())
+    codecs = {e["codec"] for e in entries}
     assert codecs == ({0, 1} if compression else {0})  # zstd for some, raw fallback for others
     if chunk_bytes == 64:
-        assert max(len(e["chunks"]) for e in f.entries.values()) > 10
-        assert {e["axis"] for e in f.entries.values()} >= {0, 1, 2}
-    for e in f.entries.values():  # the writer follows the grid recommendation of section 15
+        assert max(len(e["chunks"]) for e in entries) > 10
+        assert {e["axis"] for e in entries} >= {0, 1, 2}
+    for e in entries:  # the writer follows the grid recommendation of section 15
         assert (e["axis"], e["extent"]) == recommended_grid(e["shape"], e["dtype"].itemsize, chunk_bytes)
-    f.close()
 
 
 def recommended_grid(shape, itemsize, B):
@@ -326,8 +346,7 @@ def test_slices_read_only_touched_chunks(tmp_path, compression):
     arrays = {"m": np.arange(7 * 5 * 6, dtype=np.float32).reshape(7, 5, 6) // 3,
               "v": np.arange(1000, dtype=np.int32) // 7, "s": np.array(3, np.uint16)}
     ls.save(arrays, path, compression=compression, chunk_bytes=64)
-    f = SpecFile(path)
-    with ls.open(path) as ck:
+    with SpecFile(path) as f, ls.open(path) as ck:
         for name, index in [("m", (2,)), ("m", (slice(1, 6, 2), 3)), ("m", (slice(None), slice(None), 4)),
                             ("m", (-1, slice(4, 1, -1))), ("v", (slice(990, None),)), ("v", (slice(5, 5),)),
                             ("s", ())]:
@@ -336,7 +355,6 @@ def test_slices_read_only_touched_chunks(tmp_path, compression):
             assert np.array_equal(got, want) and np.array_equal(got, arrays[name][index])
             if index != (slice(None), slice(None), 4):  # the chunk axis is 1: every chunk spans axis 2
                 assert len(ids) < len(f.entries[name]["chunks"]) or name == "s"
-    f.close()
 
 
 def test_single_plane_zstd(tmp_path):
@@ -347,8 +365,8 @@ def test_single_plane_zstd(tmp_path):
     path = tmp_path / "p.lzy"
     arrays = {"a": np.zeros((64, 64), np.float32), "b": np.arange(4096, dtype=np.int64) % 5}
     ls.save(arrays, path, compression=OnePlane(), chunk_bytes=4096)
-    f = SpecFile(path)
-    assert {(e["codec"], e["planes"]) for e in f.entries.values()} == {(1, 1)}
+    with SpecFile(path) as f:
+        assert {(e["codec"], e["planes"]) for e in f.entries.values()} == {(1, 1)}
     assert_same(spec_load(path)[0], ls.load(path))
 
 
@@ -358,9 +376,9 @@ def test_alignments(tmp_path, alignment):
     with ls.Writer(path, alignment=alignment, compression="zstd") as w:
         w.add("x", np.arange(33, dtype=np.uint8))
         w.add("y", np.ones((4, 4), np.float64), compression=None)
-    f = SpecFile(path)
-    assert f.alignment == alignment and all(e["offset"] % alignment == 0 for e in f.entries.values())
-    f.verify()
+    with SpecFile(path) as f:
+        assert f.alignment == alignment and all(e["offset"] % alignment == 0 for e in f.entries.values())
+        f.verify()
     assert_same(spec_load(path)[0], ls.load(path))
 
 
@@ -376,20 +394,22 @@ def test_empty_checkpoint_and_odd_keys(tmp_path):
 
 def test_index_in_one_or_two_reads(tmp_path):
     ls.save({"a": np.zeros(10)}, tmp_path / "small.lzy")
-    assert SpecFile(tmp_path / "small.lzy").reads == 1
+    with SpecFile(tmp_path / "small.lzy") as f:
+        assert f.reads == 1 and f.preamble_checked
     many = {f"layer{i}.weight": np.full((2, 2), i, np.float32) for i in range(1500)}
     ls.save(many, tmp_path / "big.lzy")  # index of ~100 KiB: larger than the tail read
-    f = SpecFile(tmp_path / "big.lzy")
-    assert f.reads == 2 and f.size - f.index_offset > 65536 and not f.preamble_checked
-    assert_same({n: f.tensor(n) for n in f.entries}, ls.load(tmp_path / "big.lzy"))
+    with SpecFile(tmp_path / "big.lzy") as f:
+        assert f.reads == 2 and f.size - f.index_offset > 65536 and not f.preamble_checked
+        assert_same({n: f.tensor(n) for n in f.entries}, ls.load(tmp_path / "big.lzy"))
 
 
 # -- rewriting files at the byte level, from the spec -----------------------------
 
 
-def rewrite(path, *, version=None, extra_entry=0, extra_record=0, index_edit=None) -> None:
-    """Re-encode ``path``'s index (wider records, another version, an edit) and fix its checksum."""
-    data = bytearray(Path(path).read_bytes())
+def rewrite(src, dst, *, version=None, extra_entry=0, extra_record=0, index_edit=None) -> None:
+    """Copy ``src`` to ``dst`` with its index re-encoded (wider records, another
+    version, an edit) and its checksum fixed. Never rewrites a file in place."""
+    data = bytearray(Path(src).read_bytes())
     off, length, _, major, minor, _, _ = struct.unpack_from("<QQQHHI8s", data, len(data) - 40)
     index = bytes(data[off : off + length])
     esize, csize, T, nd, nc, *rest = struct.unpack_from("<IIQQQQQIIQ", index)
@@ -405,25 +425,25 @@ def rewrite(path, *, version=None, extra_entry=0, extra_record=0, index_edit=Non
     major, minor = version or (major, minor)
     struct.pack_into("<HH", data, 8, major, minor)
     trailer = struct.pack("<QQQHHI8s", off, len(index), xxhash.xxh3_64_intdigest(index), major, minor, 0, MAGIC)
-    Path(path).write_bytes(bytes(data[:off]) + bytes(index) + trailer)
+    Path(dst).write_bytes(bytes(data[:off]) + bytes(index) + trailer)
 
 
 def test_newer_minor_with_wider_records(tmp_path):
+    ls.save(sample_tensors(np.random.default_rng(1)), tmp_path / "v10.lzy", compression="zstd", chunk_bytes=64)
+    expected = ls.load(tmp_path / "v10.lzy")
     path = tmp_path / "v11.lzy"
-    ls.save(sample_tensors(np.random.default_rng(1)), path, compression="zstd", chunk_bytes=64)
-    expected = ls.load(path)
-    rewrite(path, version=(1, 1), extra_entry=8, extra_record=16)
-    f = SpecFile(path)
-    assert f.version == (1, 1)
-    f.verify()
+    rewrite(tmp_path / "v10.lzy", path, version=(1, 1), extra_entry=8, extra_record=16)
+    with SpecFile(path) as f:
+        assert f.version == (1, 1) and f.size > (tmp_path / "v10.lzy").stat().st_size
+        f.verify()
     assert_same(spec_load(path)[0], expected)
     assert_same(ls.load(path), expected)
 
 
 def test_newer_major_is_refused_with_upgrade_message(tmp_path):
     path = tmp_path / "v2.lzy"
-    ls.save({"a": np.zeros(3)}, path)
-    rewrite(path, version=(2, 0))
+    ls.save({"a": np.zeros(3)}, tmp_path / "v1.lzy")
+    rewrite(tmp_path / "v1.lzy", path, version=(2, 0))
     with pytest.raises(SpecVersionError, match="2.0.*newer reader"):
         SpecFile(path)
     with pytest.raises(ls.UnsupportedVersionError, match="upgrade"):
@@ -434,33 +454,67 @@ def test_both_readers_refuse_corruption(tmp_path):
     path = tmp_path / "c.lzy"
     ls.save({"a": np.linspace(0, 1, 4096, dtype=np.float32)}, path, compression="zstd", chunk_bytes=1024)
     clean = path.read_bytes()
-    f = SpecFile(path)
-    e = f.entries["a"]
+    with SpecFile(path) as f:
+        e, index_offset = f.entries["a"], f.index_offset
     assert e["codec"] == 1
     # Each variant gets its own file: lazystore may still be reading a file it
     # failed on from other threads, so rewriting it in place could crash.
-    for i, (where, rule) in enumerate([(e["chunks"][1][0] + 5, "D1"), (f.index_offset + 70, "I1"),
+    for i, (where, rule) in enumerate([(e["chunks"][1][0] + 5, "D1"), (index_offset + 70, "I1"),
                                        (len(clean) - 3, "T1")]):
         bad = bytearray(clean)
         bad[where] ^= 0x40
         (tmp_path / f"bad{i}.lzy").write_bytes(bad)
-        with pytest.raises(SpecError, match=rule):
-            SpecFile(tmp_path / f"bad{i}.lzy").tensor("a")
+        with pytest.raises(SpecError, match=rule), SpecFile(tmp_path / f"bad{i}.lzy") as f:
+            f.tensor("a")
         with pytest.raises(ls.FormatError):
             ls.load(tmp_path / f"bad{i}.lzy")
     bad = bytearray(clean)  # nonzero padding: only verification notices
     bad[e["offset"] + e["stored"]] = 1
     (tmp_path / "pad.lzy").write_bytes(bad)
-    with pytest.raises(SpecError, match="V2"):
-        SpecFile(tmp_path / "pad.lzy").verify()
-    assert ls.open(tmp_path / "pad.lzy").verify() == ["a"]
+    with pytest.raises(SpecError, match="V2"), SpecFile(tmp_path / "pad.lzy") as f:
+        f.verify()
+    with ls.open(tmp_path / "pad.lzy") as ck:
+        assert ck.verify() == ["a"]
     lie = tmp_path / "lie.lzy"  # an index that breaks a grid rule, checksum fixed
-    lie.write_bytes(clean)
-    rewrite(lie, index_edit=lambda ix: struct.pack_into("<Q", ix, 64 + 32, 3))  # chunk_extent
+    rewrite(path, lie, index_edit=lambda ix: struct.pack_into("<Q", ix, 64 + 32, 3))  # chunk_extent
     with pytest.raises(SpecError, match="E13"):
         SpecFile(lie)
     with pytest.raises(ls.FormatError, match="chunk count"):
         ls.open(lie)
+
+
+def test_reads_the_golden_file():
+    golden = Path(__file__).parent / "data" / "golden_v1.lzy"
+    if not golden.exists():
+        pytest.skip("no golden file")
+    with SpecFile(golden) as f:
+        f.verify()
+        assert f.version == (1, 0) and 1 in {e["codec"] for e in f.entries.values()}
+        with ls.open(golden) as ck:
+            assert f.metadata == ck.metadata
+    assert_same(spec_load(golden)[0], ls.load(golden))
+
+
+@pytest.mark.parametrize("meta, ok", [(b'{"a":1e308}', True), (b'{"a":1e400}', False), (b'{"a":NaN}', False),
+                                      (b"[1]", False), (b'\xef\xbb\xbf{}', False), (b' { } ', True)])
+def test_metadata_rules(tmp_path, meta, ok):
+    src = tmp_path / "m0.lzy"
+    ls.save({"a": np.zeros(2)}, src)
+    path = tmp_path / "m.lzy"
+    data = src.read_bytes()
+    off, length = struct.unpack_from("<QQ", data, len(data) - 40)
+    index = bytearray(data[off : off + length] + meta)  # metadata is the last section, empty so far
+    struct.pack_into("<Q", index, 40, len(meta))  # metadata_nbytes
+    trailer = struct.pack("<QQQHHI8s", off, len(index), xxhash.xxh3_64_intdigest(index), 1, 0, 0, MAGIC)
+    path.write_bytes(bytes(data[:off]) + bytes(index) + trailer)
+    if ok:
+        with SpecFile(path) as f, ls.open(path) as ck:
+            assert f.metadata == ck.metadata == json.loads(meta)
+    else:
+        with pytest.raises(SpecError, match="M1"):
+            SpecFile(path)
+        with pytest.raises(ls.FormatError):
+            ls.open(path)
 
 
 def test_worked_example_matches_writer(tmp_path):

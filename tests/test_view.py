@@ -483,7 +483,7 @@ def test_concurrent_reads_from_8_threads(tmp_path):
         w.add("zstd", tensors["zstd"], compression="zstd")
         w.add("bf16", tensors["bf16"], compression="zstd")
         w.add("small", tensors["small"])
-    n_threads, rounds = 8, 25
+    n_threads, rounds = 8, 15
     errors: list = []
     barrier = threading.Barrier(n_threads)
 

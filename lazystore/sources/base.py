@@ -10,6 +10,7 @@ class ByteSource:
 
     size: int
     name: str
+    closed: bool = False
 
     def read_into(self, offset: int, out) -> None:
         """Fill the writable buffer ``out`` with the bytes at ``offset``."""

@@ -26,6 +26,10 @@ class LocalFile(ByteSource):
             raise
         self._view = memoryview(self._map) if self._map is not None else memoryview(b"")
 
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
     def mapped(self) -> memoryview:
         return self._view
 
