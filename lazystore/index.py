@@ -26,6 +26,8 @@ MAX_NDIM = 64  # numpy's own limit
 MAX_EXPANSION = 1 << 15
 
 CODEC_NAMES = {0: None, 1: "zstd"}
+_KNOWN_CODEC = np.zeros(256, dtype=bool)  # a lookup table beats np.isin on small arrays
+_KNOWN_CODEC[list(CODEC_NAMES)] = True
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ class Index:
         itemsize = ITEMSIZE_BY_CODE[e["dtype"]]
         check.each(itemsize == 0, "unknown dtype code")
         codec, planes = e["codec"], e["planes"].astype(np.uint64)
-        check.each(~np.isin(codec, list(CODEC_NAMES)), "unknown codec")
+        check.each(~_KNOWN_CODEC[codec], "unknown codec")
         check.each((codec == 0) & (planes != 1), "raw tensor with byte planes")
         check.each((codec == 1) & (planes != 1) & (planes != itemsize), "invalid byte plane count")
 
@@ -222,7 +224,9 @@ class _Shapes:
             values = np.maximum(values, 1)
         if not len(self.seg):
             return values[:0]
-        bounds = np.column_stack([self.seg, self.seg + 1 + count]).ravel()
+        bounds = np.empty(2 * len(self.seg), dtype=np.int64)
+        bounds[0::2] = self.seg
+        bounds[1::2] = self.seg + 1 + count
         return np.multiply.reduceat(values, bounds)[::2]
 
     def max_dim(self) -> np.ndarray:
