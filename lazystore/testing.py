@@ -154,3 +154,30 @@ def basic_indices(draw, shape, *, allow_none: bool = True, allow_ellipsis: bool 
     if len(items) == 1 and draw(st.booleans()):
         return items[0]
     return tuple(items)
+
+
+# -- assertions shared by the tests ---------------------------------------------
+
+
+def same_bits(a, b) -> bool:
+    """Same dtype, shape and bytes (so NaNs compare equal to themselves)."""
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes(order="C") == b.tobytes(order="C")
+
+
+def reaches_mmap(arr) -> bool:
+    """Does the .base chain of ``arr`` end in a memory map (a zero-copy view)?"""
+    import mmap
+
+    obj = arr
+    for _ in range(100):
+        if isinstance(obj, mmap.mmap):
+            return True
+        if isinstance(obj, memoryview):
+            obj = obj.obj
+            continue
+        base = getattr(obj, "base", None)
+        if base is None:
+            return False
+        obj = base
+    return False

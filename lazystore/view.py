@@ -18,7 +18,7 @@ import numpy as np
 
 from .codecs import RAW
 from .errors import ClosedError, InvalidInputError, TensorNotFoundError
-from .index import Index, TensorInfo, check_preamble, read_index
+from .index import TensorInfo, check_preamble, read_index
 from .parallel import run_all
 from .reader import ChunkReader
 from .slicing import selection

@@ -21,7 +21,7 @@ import numpy as np
 from . import format as fmt
 from .checksum import digest
 from .chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
-from .codecs import RAW, Codec, codec_for
+from .codecs import RAW, codec_for
 from .dtypes import DtypeSpec, spec_for
 from .errors import ClosedError, InvalidInputError
 from .parallel import run_all

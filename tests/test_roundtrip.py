@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import mmap
 import zlib
 
 import ml_dtypes
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 
 import lazystore as ls
+from lazystore.testing import reaches_mmap, same_bits
 from lazystore.testing import DTYPE_LIST, random_array
 
 COMPRESSIONS = [None, "zstd"]
@@ -34,29 +34,8 @@ def _id(v):
     return repr(v)
 
 
-def same_bits(a, b) -> bool:
-    a, b = np.asarray(a), np.asarray(b)
-    return (
-        a.dtype == b.dtype
-        and a.shape == b.shape
-        and a.tobytes(order="C") == b.tobytes(order="C")
-    )
 
 
-def reaches_mmap(arr) -> bool:
-    """Does the .base chain of ``arr`` end in a memory map?"""
-    obj = arr
-    for _ in range(100):
-        if isinstance(obj, mmap.mmap):
-            return True
-        if isinstance(obj, memoryview):
-            obj = obj.obj
-            continue
-        base = getattr(obj, "base", None)
-        if base is None:
-            return False
-        obj = base
-    return False
 
 
 def is_little_endian(dtype: np.dtype) -> bool:
