@@ -28,6 +28,9 @@ FORMAT_MINOR = 0
 DEFAULT_ALIGNMENT = 64  # tensor data starts here so mmap'd views are aligned
 MAX_INDEX_BYTES = 1 << 30  # refuse absurd indexes before allocating them
 TAIL_READ_BYTES = 64 << 10  # one read of the tail usually holds the whole index
+# Metadata keys with this prefix belong to lazystore itself (e.g. the nested
+# structure of a training checkpoint); users cannot set them.
+RESERVED_METADATA_PREFIX = "__lazystore"
 
 PREAMBLE = struct.Struct("<8sHHI")  # magic, major, minor, reserved
 TRAILER = struct.Struct("<QQQHHI8s")  # index offset, length, xxh3; major, minor, reserved; magic

@@ -64,7 +64,9 @@ class Index:
         self.alignment = raw.alignment
         self.names = names
         self.positions = positions
-        self.metadata = metadata
+        # The user's metadata, and lazystore's own reserved entries apart.
+        self.metadata = {k: v for k, v in metadata.items() if not k.startswith(fmt.RESERVED_METADATA_PREFIX)}
+        self.system_metadata = {k: v for k, v in metadata.items() if k.startswith(fmt.RESERVED_METADATA_PREFIX)}
         self.dims_start = dims_start
         self.chunk_start = chunk_start
         self.chunk_offsets = chunk_offsets  # absolute file offset of every chunk

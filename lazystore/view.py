@@ -82,6 +82,13 @@ class CheckpointView(Mapping):
         self._check_open()
         return self._index.metadata
 
+    @property
+    def system_metadata(self) -> dict:
+        """lazystore's own metadata entries (keys starting with ``__lazystore``),
+        such as the nested structure of a training checkpoint."""
+        self._check_open()
+        return self._index.system_metadata
+
     def info(self, name: str) -> TensorInfo:
         """dtype, shape, sizes and codec of a tensor, without reading its data."""
         return self._index.info(self._pos(name))

@@ -60,7 +60,11 @@ class Writer:
             raise InvalidInputError(f"chunk_bytes must be between 16 and 2**31, got {chunk_bytes}")
         self.path = Path(os.fspath(path))
         self.metadata = dict(metadata) if metadata is not None else {}
+        _check_user_metadata(self.metadata)
         _encode_metadata(self.metadata)  # fail now, not after writing gigabytes
+        # lazystore's own entries (RESERVED_METADATA_PREFIX keys), set by
+        # higher layers such as nested-state saving; written beside the user's.
+        self.system_metadata: dict = {}
         self._codec = codec_for(compression, compression_level)
         self._level = compression_level
         self._alignment = alignment
@@ -133,7 +137,7 @@ class Writer:
                 np.array(self._dims, dtype=fmt.DIM_DTYPE),
                 _chunk_records(self._chunk_lengths, self._chunk_checksums),
                 "".join(n + "\0" for n in self._names).encode("utf-8"),
-                _encode_metadata(self.metadata),
+                _encode_metadata({**_check_user_metadata(self.metadata), **self.system_metadata}),
                 self._alignment,
             )
             if len(index) > fmt.MAX_INDEX_BYTES:
@@ -219,6 +223,15 @@ def _storable(array) -> tuple[np.ndarray, DtypeSpec]:
     spec = spec_for(arr.dtype)
     # order="C" (not ascontiguousarray, which turns 0-d arrays into 1-d ones)
     return np.asarray(arr, dtype=spec.dtype, order="C"), spec
+
+
+def _check_user_metadata(metadata: dict) -> dict:
+    for key in metadata:
+        if not isinstance(key, str):
+            raise InvalidInputError(f"metadata keys must be str, got {key!r}")
+        if key.startswith(fmt.RESERVED_METADATA_PREFIX):
+            raise InvalidInputError(f"metadata key {key!r} is reserved for lazystore")
+    return metadata
 
 
 def _encode_metadata(metadata: Mapping) -> bytes:
