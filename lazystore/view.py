@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import threading
+from functools import partial
 from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
@@ -127,15 +128,35 @@ class CheckpointView(Mapping):
         return [n for n, good in zip(names, ok) if not good]
 
     def load(self, keys=None, *, verify: bool = False) -> dict[str, np.ndarray]:
-        """Owned, writable copies of some or all tensors, read in parallel."""
+        """Writable arrays of some or all tensors.
+
+        From a local file, raw tensors are views of a private copy-on-write
+        mapping: nothing is copied up front, pages are read on first touch,
+        and writing to an array copies just the pages written, never
+        changing the file. Compressed tensors (and every tensor from a
+        source that cannot be mapped) are decoded into new arrays, in
+        parallel. ``verify`` checks raw tensors' checksums too.
+        """
         self._check_open()
         names = list(self._positions) if keys is None else self._resolve(keys)
+        verify = verify or self._verify_on_access
+        private = None
         outputs, tasks = {}, []
         for name in names:
             pos = self._positions[name]
-            buf = np.empty(int(self._index.entries["nbytes"][pos]), dtype=np.uint8)
             first, last = self._index.chunk_range(pos)
-            tasks += self._reader.tasks(pos, np.arange(last - first), buf, verify or self._verify_on_access)
+            if int(self._index.entries["codec"][pos]) == RAW.id:
+                if private is None:
+                    private = self._source.private_mapping() or False
+                if private:
+                    if verify:
+                        tasks.append(partial(self._reader.check_stored, pos, range(last - first)))
+                    start = int(self._index.entries["data_offset"][pos])
+                    nbytes = int(self._index.entries["nbytes"][pos])
+                    outputs[name] = (np.frombuffer(private, dtype=np.uint8, count=nbytes, offset=start), pos)
+                    continue
+            buf = np.empty(int(self._index.entries["nbytes"][pos]), dtype=np.uint8)
+            tasks += self._reader.tasks(pos, np.arange(last - first), buf, verify)
             outputs[name] = (buf, pos)
         run_all(lambda t: t(), tasks)
         return {n: self._as_tensor(buf, pos) for n, (buf, pos) in outputs.items()}

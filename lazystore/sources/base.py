@@ -27,6 +27,12 @@ class ByteSource:
         """The whole source as a read-only memoryview, when it is mapped."""
         return None
 
+    def private_mapping(self) -> memoryview | None:
+        """A writable, copy-on-write mapping of the whole source, or None.
+
+        Writes land in private pages of this process, never in the source."""
+        return None
+
     def close(self) -> None:
         pass
 

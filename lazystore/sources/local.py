@@ -33,6 +33,14 @@ class LocalFile(ByteSource):
     def mapped(self) -> memoryview:
         return self._view
 
+    def private_mapping(self) -> memoryview | None:
+        # A fresh MAP_PRIVATE mapping: pages are shared with the page cache
+        # until written, then copied for this process alone (torch.load's
+        # mmap=True does the same).
+        if not self.size:
+            return None
+        return memoryview(mmap.mmap(self._fd, 0, access=mmap.ACCESS_COPY))
+
     def read(self, start: int, stop: int) -> memoryview:
         self._check_range(start, stop)
         return self._view[start:stop]
