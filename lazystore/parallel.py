@@ -22,14 +22,26 @@ def pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def run_all(fn, items) -> list:
-    """``[fn(x) for x in items]``, in parallel when there is more than one."""
+def start_all(fn, items):
+    """Start ``fn`` on every item in the pool and return a function that
+    waits for them all and gives their results, so the caller can work
+    (say, write to disk) in between."""
     items = list(items)
     if len(items) <= 1 or threading.current_thread().name.startswith("lazystore"):
         # Nested use from a pool thread would deadlock a bounded pool.
-        return [fn(x) for x in items]
+        results = [fn(x) for x in items]
+        return lambda: results
     futures = [pool().submit(fn, x) for x in items]
-    # Wait for every task before raising: a task still running after the
-    # caller has given up could read a file the caller then closes.
-    wait(futures)
-    return [f.result() for f in futures]
+
+    def finish() -> list:
+        # Wait for every task before raising: a task still running after the
+        # caller has given up could read a file the caller then closes.
+        wait(futures)
+        return [f.result() for f in futures]
+
+    return finish
+
+
+def run_all(fn, items) -> list:
+    """``[fn(x) for x in items]``, in parallel when there is more than one."""
+    return start_all(fn, items)()
