@@ -19,7 +19,10 @@ def open(path, *, verify: bool = False) -> CheckpointView:  # noqa: A001 - mirro
 
 
 def load(path, keys=None, *, verify: bool = False) -> dict[str, np.ndarray]:
-    """Read tensors (all, a list of names, or a glob) into owned, writable arrays."""
+    """Writable arrays of some or all tensors (a list of names, or a glob).
+
+    Raw tensors of a local file are private copy-on-write views of it (see
+    :meth:`CheckpointView.load`); compressed ones are decoded."""
     with open(path, verify=verify) as ck:
         return ck.load(keys)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import fnmatch
 import threading
-from functools import partial
 from collections.abc import Iterable, Iterator, Mapping
+from functools import partial
 
 import numpy as np
 
