@@ -41,25 +41,32 @@ def choose_grid(shape: tuple[int, ...], itemsize: int, target_bytes: int) -> tup
     return axis, extent
 
 
+def chunk_owners(chunk_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For chunks of several tensors laid end to end: the tensor each chunk
+    belongs to, and the index of each tensor's first chunk."""
+    counts = chunk_counts.astype(np.int64)
+    first = np.cumsum(counts) - counts
+    return np.repeat(np.arange(len(counts)), counts), first
+
+
 def chunk_raw_nbytes(
-    axis_len: np.ndarray, extent: np.ndarray, inner_nbytes: np.ndarray, chunk_counts: np.ndarray
+    axis_len: np.ndarray, extent: np.ndarray, inner_nbytes: np.ndarray,
+    owner: np.ndarray, first: np.ndarray,
 ) -> np.ndarray:
     """Decoded length of every chunk of several tensors, concatenated.
 
     Vectorised over tensors: the index validator calls it once for a whole
-    file, and ChunkGrid for one tensor. Arguments are uint64 arrays, one value
-    per tensor; tensors without chunks contribute nothing.
+    file, and ChunkGrid for one tensor. Per-tensor arguments are uint64
+    arrays (extent >= 1); ``owner``/``first`` come from ``chunk_owners``.
+    Every block along the chunked axis holds ``extent`` indices but the
+    last, which holds the rest.
     """
-    counts = chunk_counts.astype(np.int64)
-    owner = np.repeat(np.arange(len(counts)), counts)
-    first = np.cumsum(counts) - counts
-    local = (np.arange(int(counts.sum()), dtype=np.int64) - first[owner]).astype(np.uint64)
-    ext = extent[owner]
-    length = axis_len[owner]
-    nblocks = (length + ext - 1) // ext
-    block = local % nblocks
-    rows = np.minimum(ext, length - block * ext)
-    return rows * inner_nbytes[owner]
+    nblocks = (axis_len + extent - 1) // extent
+    last_rows = axis_len - (nblocks - 1) * extent
+    # All uint64: mixing in int64 would make numpy compute in float64.
+    local = np.arange(len(owner), dtype=np.uint64) - first.astype(np.uint64)[owner]
+    is_last = local % nblocks[owner] == nblocks[owner] - 1
+    return np.where(is_last, last_rows[owner], extent[owner]) * inner_nbytes[owner]
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,8 @@ class ChunkGrid:
         if n <= 1:  # the common case, spared numpy's per-call overhead
             return [math.prod(self.shape) * self.itemsize] * n
         u = lambda v: np.array([v], dtype=np.uint64)  # noqa: E731
-        return chunk_raw_nbytes(u(self._axis_len), u(self.extent), u(self.inner_nbytes), u(n)).tolist()
+        owner, first = chunk_owners(u(n))
+        return chunk_raw_nbytes(u(self._axis_len), u(self.extent), u(self.inner_nbytes), owner, first).tolist()
 
     def raw_spans(self) -> list[tuple[int, int]]:
         """(offset, length) of each chunk within the decoded C-order tensor;

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import format as fmt
-from .chunking import ChunkGrid, chunk_raw_nbytes
+from .chunking import ChunkGrid, chunk_owners, chunk_raw_nbytes
 from .dtypes import BY_CODE, ITEMSIZE_BY_CODE
 from .checksum import all_zero, check
 from .errors import FormatError
@@ -26,8 +26,6 @@ MAX_NDIM = 64  # numpy's own limit
 MAX_EXPANSION = 1 << 15
 
 CODEC_NAMES = {0: None, 1: "zstd"}
-_KNOWN_CODEC = np.zeros(256, dtype=bool)  # a lookup table beats np.isin on small arrays
-_KNOWN_CODEC[list(CODEC_NAMES)] = True
 
 
 @dataclass(frozen=True)
@@ -118,89 +116,121 @@ class Index:
     def parse(cls, buf, index_offset: int) -> "Index":
         raw = fmt.decode_index(buf)
         names, positions = _decode_keys(raw.keys, len(raw.entries))
-        check = _Checker(names)
-        e = raw.entries
-        n = len(e)
+        v = _Validation(raw, names, index_offset)
+        v.codes()
+        v.shapes()
+        v.grid()
+        v.chunks()
+        v.layout()
+        metadata = _decode_metadata(raw.metadata)
+        return cls(raw, names, positions, metadata, v.dims_start, v.first_chunk, v.chunk_offsets, v.raw_len, index_offset)
 
-        check.each(e["reserved"].any(axis=1), "reserved entry bytes are not zero")
-        itemsize = ITEMSIZE_BY_CODE[e["dtype"]]
-        check.each(itemsize == 0, "unknown dtype code")
-        codec, planes = e["codec"], e["planes"].astype(np.uint64)
-        check.each(~_KNOWN_CODEC[codec], "unknown codec")
-        check.each((codec == 0) & (planes != 1), "raw tensor with byte planes")
-        check.each((codec == 1) & (planes != 1) & (planes != itemsize), "invalid byte plane count")
 
-        # Shapes: products over each tensor's slice of the flat dims array,
-        # so memory stays proportional to the index, whatever the ndims.
+class _Validation:
+    """The checks of ``Index.parse``, in the order they depend on each other.
+
+    Every step is a handful of vectorised comparisons over all tensors (or
+    all chunks) at once, so the cost of opening grows with the index's size
+    in numpy, not in Python, and never with what the fields claim.
+    """
+
+    def __init__(self, raw: fmt.RawIndex, names: list[str], index_offset: int):
+        self.raw = raw
+        self.e = raw.entries
+        self.check = _Checker(names)
+        self.index_offset = index_offset
+
+    def codes(self) -> None:
+        """The small fields: dtype, codec, ndim, chunk axis, planes, reserved.
+
+        They pack into the entry's last 8 bytes, and a file has few distinct
+        combinations of them (often one), so each distinct value is checked
+        in plain Python instead of with a dozen array operations."""
+        e = self.e
+        tail = e.view("<u8").reshape(-1, fmt.ENTRY_DTYPE.itemsize // 8)[:, 5]
+        distinct = tail[:1] if len(tail) and (tail == tail[0]).all() else np.unique(tail)
+        for value in distinct.tolist():
+            problem = _small_fields_problem(value)
+            if problem:
+                self.check.each(tail == value, problem)
+        self.check.raise_first()
+        self.itemsize = ITEMSIZE_BY_CODE[e["dtype"]]
+        self.codec, self.planes = e["codec"], e["planes"].astype(np.uint64)
+
+    def shapes(self) -> None:
+        e, check = self.e, self.check
         ndim = e["ndim"].astype(np.int64)
-        check.each(ndim > MAX_NDIM, f"more than {MAX_NDIM} dimensions")
-        if int(ndim.sum()) != len(raw.dims):
-            raise FormatError(f"shapes need {int(ndim.sum())} dimensions but the index holds {len(raw.dims)}")
-        dims_start = np.cumsum(ndim) - ndim
-        shapes = _Shapes(raw.dims, dims_start, ndim)
-        check.each(shapes.max_dim() >= 1 << 62, "absurd dimension")
-        # Float products catch overflow; below 2**62 the integer product is
-        # exact. Zero-size tensors count their other dimensions too, so no
-        # shape can overflow once a reader reshapes with it.
-        check.each(shapes.product(ndim, as_float=True, zero_as_one=True) >= 2.0**62, "shape overflows")
-        check.each(shapes.product(ndim, as_float=True) * itemsize >= 2.0**62, "tensor size overflows")
-        elements = shapes.product(ndim)
-        nbytes = elements * itemsize
-        check.each(nbytes != e["nbytes"], "byte size does not match dtype x shape")
+        if int(ndim.sum()) != len(self.raw.dims):
+            raise FormatError(f"shapes need {int(ndim.sum())} dimensions but the index holds {len(self.raw.dims)}")
+        self.dims_start = np.cumsum(ndim) - ndim
+        self.axis = e["chunk_axis"].astype(np.int64)
+        shapes = _Shapes(self.raw.dims, self.dims_start, ndim)
+        # Split every shape at the chunk axis: prefix = dims before it,
+        # suffix = dims from it on. Float products catch overflow first;
+        # below 2**62 the integer ones are exact. Zeros count as ones there,
+        # so no shape can overflow once a reader reshapes with it.
+        prefix_f, suffix_f = shapes.split_products(self.axis, as_float=True)
+        check.each(prefix_f * suffix_f * self.itemsize >= 2.0**62, "tensor size overflows")
+        self.prefix, suffix = shapes.split_products(self.axis)
+        self.nbytes = self.prefix * suffix * self.itemsize
+        check.each(self.nbytes != e["nbytes"], "byte size does not match dtype x shape")
+        check.raise_first()
+        self.axis_len = shapes.dim(self.axis, ndim)
+        self.inner = np.where(self.axis_len > 0, suffix // np.maximum(self.axis_len, 1), 0) * self.itemsize
 
-        # Chunk grid: a chunk count and per-chunk sizes follow from the shape.
-        axis = e["chunk_axis"].astype(np.int64)
-        extent = e["chunk_extent"]
-        check.each(axis >= np.maximum(ndim, 1), "chunk axis out of range")
-        axis_len = shapes.dim(axis, ndim)
-        prefix = shapes.product(axis)
-        rows = prefix * axis_len
-        inner = np.where(rows > 0, elements // np.maximum(rows, 1), 0) * itemsize
-        empty = nbytes == 0
-        check.each(empty & ((extent != 0) | (axis != 0) | (e["chunk_count"] != 0)), "empty tensor with chunks")
-        check.each(~empty & ((extent == 0) | (extent > axis_len)), "chunk extent out of range")
-        safe_extent = np.maximum(extent, 1)
-        expected_chunks = np.where(empty, 0, prefix * ((axis_len + safe_extent - 1) // safe_extent))
-        check.each(e["chunk_count"] != expected_chunks, "chunk count does not match the chunk grid")
+    def grid(self) -> None:
+        e, check = self.e, self.check
+        extent, count = e["chunk_extent"], e["chunk_count"]
+        empty = self.nbytes == 0
+        check.each(empty & ((extent != 0) | (self.axis != 0) | (count != 0)), "empty tensor with chunks")
+        check.each(~empty & ((extent == 0) | (extent > self.axis_len)), "chunk extent out of range")
+        self.extent = np.maximum(extent, 1)
+        expected = np.where(empty, 0, self.prefix * ((self.axis_len + self.extent - 1) // self.extent))
+        check.each(count != expected, "chunk count does not match the chunk grid")
         # Bounding each count first keeps the uint64 sum from wrapping around.
-        check.each(e["chunk_count"] > len(raw.chunks), "more chunks than the index holds")
-        if int(e["chunk_count"].sum()) != len(raw.chunks):
-            raise FormatError(f"tensors have {int(e['chunk_count'].sum())} chunks but the index holds {len(raw.chunks)}")
+        check.each(count > len(self.raw.chunks), "more chunks than the index holds")
+        check.raise_first()
+        if int(count.sum()) != len(self.raw.chunks):
+            raise FormatError(f"tensors have {int(count.sum())} chunks but the index holds {len(self.raw.chunks)}")
 
-        # Chunks: stored lengths must fit the data region and agree with the codec.
-        chunk_start = (np.cumsum(e["chunk_count"]) - e["chunk_count"]).astype(np.int64)
-        raw_len = chunk_raw_nbytes(axis_len, safe_extent, inner, e["chunk_count"])
-        stored = raw.chunks["stored_nbytes"]
-        owner = np.repeat(np.arange(n), e["chunk_count"].astype(np.int64))
-        check.chunks(stored > index_offset, owner, "chunk larger than the file")
-        is_raw = codec[owner] == 0
-        check.chunks(is_raw & (stored != raw_len), owner, "raw chunk length differs from its decoded length")
-        header = 4 * planes[owner]
-        check.chunks(~is_raw & (stored < header), owner, "compressed chunk shorter than its plane header")
-        check.chunks(~is_raw & (raw_len // np.uint64(MAX_EXPANSION) > stored), owner, "compressed chunk claims an impossible expansion")
-
-        # Layout: tensors are packed in index order, each at the next aligned
-        # offset, and the index follows the last one; no byte is unaccounted for.
-        running = np.concatenate([np.zeros(1, np.uint64), np.cumsum(stored, dtype=np.uint64)])
-        if np.any(running[1:] < running[:-1]) or (len(stored) and running[-1] > index_offset):
+    def chunks(self) -> None:
+        check = self.check
+        self.owner, self.first_chunk = chunk_owners(self.e["chunk_count"])
+        owner = self.owner
+        self.raw_len = chunk_raw_nbytes(self.axis_len, self.extent, self.inner, owner, self.first_chunk)
+        stored = self.raw.chunks["stored_nbytes"]
+        is_raw = self.codec[owner] == 0
+        check.chunks(is_raw & (stored != self.raw_len), owner, "raw chunk length differs from its decoded length")
+        check.chunks(~is_raw & (stored < 4 * self.planes[owner]), owner, "compressed chunk shorter than its plane header")
+        check.chunks(~is_raw & (self.raw_len // np.uint64(MAX_EXPANSION) > stored), owner,
+                     "compressed chunk claims an impossible expansion")
+        check.raise_first()
+        # Running sum of stored lengths; a wrap-around shows as a decrease.
+        self.running = np.zeros(len(stored) + 1, dtype=np.uint64)
+        np.cumsum(stored, out=self.running[1:])
+        if (self.running[1:] < self.running[:-1]).any() or self.running[-1] > self.index_offset:
             raise FormatError("chunk lengths add up to more than the file")
-        per_tensor = running[chunk_start + e["chunk_count"].astype(np.int64)] - running[chunk_start]
+
+    def layout(self) -> None:
+        """Tensors are packed in index order, each at the next aligned offset,
+        and the index follows the last one: no byte is unaccounted for."""
+        e, check, running, start = self.e, self.check, self.running, self.first_chunk
+        per_tensor = running[start + e["chunk_count"].astype(np.int64)] - running[start]
         check.each(per_tensor != e["stored_nbytes"], "stored size differs from the sum of its chunks")
         offset = e["data_offset"]
-        check.each(offset > index_offset, "data offset beyond the index")
-        ends = offset + np.minimum(e["stored_nbytes"], index_offset)
-        align = np.uint64(raw.alignment)
-        next_start = (ends + align - np.uint64(1)) // align * align
-        first = np.array([fmt.align_up(fmt.PREAMBLE.size, raw.alignment)], dtype=np.uint64)
-        expected_offset = np.concatenate([first, next_start[:-1]])
-        check.each(offset != expected_offset, "data offset is not where the previous tensor ends")
-        expected_index = int(next_start[-1]) if n else fmt.align_up(fmt.PREAMBLE.size, raw.alignment)
-        if expected_index != index_offset:
-            raise FormatError(f"the index starts at {index_offset} but the data ends at {expected_index}")
-
-        chunk_offsets = offset[owner] + (running[:-1] - running[chunk_start[owner]]) if n else running[:0]
-        metadata = _decode_metadata(raw.metadata)
-        return cls(raw, names, positions, metadata, dims_start, chunk_start, chunk_offsets, raw_len, index_offset)
+        check.each(offset > self.index_offset, "data offset beyond the index")
+        align = np.uint64(self.raw.alignment)
+        first = fmt.align_up(fmt.PREAMBLE.size, self.raw.alignment)
+        next_start = (offset + per_tensor + align - np.uint64(1)) // align * align
+        expected = np.empty(len(e), dtype=np.uint64)
+        expected[:1] = first
+        expected[1:] = next_start[:-1]
+        check.each(offset != expected, "data offset is not where the previous tensor ends")
+        check.raise_first()
+        data_end = int(next_start[-1]) if len(e) else first
+        if data_end != self.index_offset:
+            raise FormatError(f"the index starts at {self.index_offset} but the data ends at {data_end}")
+        self.chunk_offsets = offset[self.owner] + (running[:-1] - running[start[self.owner]])
 
 
 class _Shapes:
@@ -219,22 +249,23 @@ class _Shapes:
         mask[-1] = False
         self.ext[mask] = dims
 
-    def product(self, count: np.ndarray, *, as_float: bool = False, zero_as_one: bool = False) -> np.ndarray:
-        """Product of each tensor's first ``count`` dimensions."""
-        values = self.ext.astype(np.float64) if as_float else self.ext
-        if zero_as_one:
-            values = np.maximum(values, 1)
+    def split_products(self, axis: np.ndarray, *, as_float: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Per tensor: the product of the dims before ``axis``, and of the
+        dims from ``axis`` on (as floats with zeros counted as ones, for
+        overflow checks)."""
+        values = np.maximum(self.ext.astype(np.float64), 1.0) if as_float else self.ext
         if not len(self.seg):
-            return values[:0]
+            return values[:0], values[:0]
         bounds = np.empty(2 * len(self.seg), dtype=np.int64)
         bounds[0::2] = self.seg
-        bounds[1::2] = self.seg + 1 + count
-        return np.multiply.reduceat(values, bounds)[::2]
-
-    def max_dim(self) -> np.ndarray:
-        if not len(self.seg):
-            return self.ext[:0]
-        return np.maximum.reduceat(self.ext[:-1], self.seg)
+        bounds[1::2] = self.seg + 1 + axis
+        # reduceat multiplies each [bound, next bound) run: the dims before
+        # the axis (with the leading 1), then the dims from the axis up to
+        # the next tensor's leading 1. For a 0-d tensor the second run is
+        # empty and numpy returns the element at the bound, which is that
+        # next leading 1: still the right product.
+        products = np.multiply.reduceat(values, bounds)
+        return products[0::2], products[1::2]
 
     def dim(self, axis: np.ndarray, ndim: np.ndarray) -> np.ndarray:
         """Each tensor's length along ``axis`` (1 for 0-d tensors)."""
@@ -243,20 +274,59 @@ class _Shapes:
 
 
 class _Checker:
-    """Turns a failed vectorised check into a FormatError naming a tensor."""
+    """Collects a step's vectorised checks, then raises a FormatError naming
+    a tensor for the first that failed.
+
+    Numpy calls on small arrays cost microseconds each, so a step's masks
+    are tested with one reduction rather than one ``any()`` apiece. A step
+    must call ``raise_first`` before it computes anything that relies on its
+    checks having passed.
+    """
 
     def __init__(self, names: list[str]):
         self.names = names
+        self._pending: list[tuple[np.ndarray, np.ndarray | None, str]] = []
 
     def each(self, bad: np.ndarray, problem: str) -> None:
-        if bad.any():
-            pos = int(np.argmax(bad))
-            raise FormatError(f"corrupt index: tensor {self.names[pos]!r}: {problem}")
+        self._pending.append((bad, None, problem))
 
     def chunks(self, bad: np.ndarray, owner: np.ndarray, problem: str) -> None:
-        if bad.any():
-            pos = int(owner[int(np.argmax(bad))])
-            raise FormatError(f"corrupt index: tensor {self.names[pos]!r}: {problem}")
+        """A per-chunk check; ``owner`` maps chunks to tensors for the message."""
+        self._pending.append((bad, owner, problem))
+
+    def raise_first(self) -> None:
+        pending, self._pending = self._pending, []
+        by_size: dict[int, list[np.ndarray]] = {}
+        for bad, _, _ in pending:
+            by_size.setdefault(len(bad), []).append(bad)
+        if not any(np.logical_or.reduce(masks).any() for masks in by_size.values()):
+            return
+        for bad, owner, problem in pending:
+            if bad.any():
+                pos = int(np.argmax(bad))
+                pos = pos if owner is None else int(owner[pos])
+                raise FormatError(f"corrupt index: tensor {self.names[pos]!r}: {problem}")
+
+
+def _small_fields_problem(tail: int) -> str | None:
+    """What is wrong with an entry's packed small fields, if anything."""
+    dtype, codec, ndim, axis, planes = (tail >> shift & 0xFF for shift in (0, 8, 16, 24, 32))
+    itemsize = int(ITEMSIZE_BY_CODE[dtype])
+    if tail >> 40:
+        return "reserved entry bytes are not zero"
+    if not itemsize:
+        return "unknown dtype code"
+    if codec not in CODEC_NAMES:
+        return "unknown codec"
+    if codec == 0 and planes != 1:
+        return "raw tensor with byte planes"
+    if codec == 1 and planes not in (1, itemsize):
+        return "invalid byte plane count"
+    if ndim > MAX_NDIM:
+        return f"more than {MAX_NDIM} dimensions"
+    if axis >= max(ndim, 1):
+        return "chunk axis out of range"
+    return None
 
 
 def _decode_keys(blob: bytes, count: int) -> tuple[list[str], dict[str, int]]:
