@@ -1,0 +1,63 @@
+"""The one timing helper every measure uses.
+
+These machines are shared and noisy, so absolute times drift: what is
+quoted is the ratio of two timings from the same run. ``compare`` runs the
+cases interleaved (one call of each per round, the order rotating every
+round) so a slow spell hits all of them, after a warm-up round, and keeps
+every sample; the figure quoted is the median.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Timing:
+    samples: tuple[float, ...]  # seconds, one per round
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def best(self) -> float:
+        return min(self.samples)
+
+
+def compare(
+    cases: Mapping[str, Callable[[], object]],
+    *,
+    reps: int,
+    warmup: int = 1,
+    setup: Callable[[], None] | None = None,
+) -> dict[str, Timing]:
+    """Time each zero-argument callable ``reps`` times, interleaved.
+
+    ``setup`` runs, untimed, before every call (to delete a previous output,
+    say). What a call returns is released after its clock stops, so freeing
+    a loaded checkpoint is not timed either.
+    """
+    names = list(cases)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for round_ in range(warmup + reps):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            if setup is not None:
+                setup()
+            gc.collect()
+            gc.disable()
+            try:
+                start = time.perf_counter()
+                result = cases[name]()
+                elapsed = time.perf_counter() - start
+            finally:
+                gc.enable()
+            del result
+            if round_ >= warmup:
+                samples[name].append(elapsed)
+    return {n: Timing(tuple(s)) for n, s in samples.items()}

@@ -1,0 +1,58 @@
+"""Smoke test of the benchmark suite: `python -m benchmarks --quick` runs end
+to end and writes complete results. It never asserts on speed: a MISS is a
+result, not a failure."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# The issue's targets, by their ids in benchmarks.json.
+TARGETS = {
+    "save_durable", "load_all", "read_one", "open_many", "verify", "zstd_load",
+    "peak_rss", "minilm_fp32", "minilm_bf16",
+}
+# Informational rows the issue asks for (physical limits and other tools).
+REFERENCES = {
+    "ref_memcpy", "ref_read", "ref_write", "ref_xxh3", "ref_zstd_decompress", "ref_st_save", "ref_st_load",
+    "ref_torch_save", "ref_torch_load", "ref_torch_load_mmap", "ref_npz_save", "ref_npz_load",
+    "ref_rss_baseline", "ref_minilm_fp32_grouped", "ref_minilm_bf16_grouped",
+}
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+def test_quick_benchmark_run(tmp_path):
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), "--workdir", str(tmp_path)],
+        check=False, cwd=REPO, capture_output=True, text=True, timeout=900,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert "| measure" in run.stdout  # the table went to stdout
+
+    report = json.loads((out / "benchmarks.json").read_text())
+    assert report["mode"] == "quick"
+    assert report["machine"]["cores"] and report["machine"]["versions"]["numpy"]
+    rows = {r["name"]: r for r in report["results"]}
+    assert TARGETS | REFERENCES <= set(rows), sorted((TARGETS | REFERENCES) - set(rows))
+
+    for name in TARGETS:
+        r = rows[name]
+        assert r["target"] is not None and r["status"] in ("PASS", "MISS"), r
+        for key in ("ours", "anchor", "ratio"):
+            assert _positive(r[key]), (name, key, r[key])
+    for r in rows.values():
+        assert _positive(r["ours"]), (r["name"], r["ours"])
+
+    png = out / "benchmarks.png"
+    assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Only the page's own copy is ever updated; none here.
+    assert not (out / "benchmarks.md").exists()
+    # The temporary files were cleaned up: only the output folder is left.
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
