@@ -5,6 +5,7 @@ from .chunking import DEFAULT_CHUNK_BYTES
 from .codecs import ZstdPlanes
 from .dtypes import DTYPES
 from .errors import (
+    CheckpointNotFoundError,
     ChecksumError,
     ClosedError,
     FormatError,
@@ -18,6 +19,7 @@ from .errors import (
 )
 from .format import FORMAT_MAJOR, FORMAT_MINOR
 from .index import TensorInfo
+from .manager import CheckpointManager
 from .view import CheckpointView, TensorSlice
 from .writer import Writer
 
@@ -25,6 +27,8 @@ __version__ = "0.1.0"
 FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
 
 __all__ = [
+    "CheckpointManager",
+    "CheckpointNotFoundError",
     "CheckpointView",
     "ChecksumError",
     "ClosedError",

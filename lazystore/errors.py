@@ -62,3 +62,11 @@ class MissingDependencyError(LazyStoreError, ImportError):
 class InvalidIndexError(LazyStoreError, IndexError):
     """An index passed to ``get_slice`` that is out of range or not basic
     indexing (ints, slices, Ellipsis, None)."""
+
+
+class CheckpointNotFoundError(LazyStoreError, KeyError):
+    """A CheckpointManager step that is not among the retained checkpoints
+    (or a manager that has none yet)."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from .dtypes import DTYPES
 
-__all__ = ["DTYPE_LIST", "FLOAT_DTYPES", "dtypes", "shapes", "arrays", "random_array", "basic_indices"]
+__all__ = ["DTYPE_LIST", "FLOAT_DTYPES", "dtypes", "shapes", "arrays", "random_array", "basic_indices",
+           "same_bits", "reaches_mmap", "same_tree"]
 
 DTYPE_LIST: list[np.dtype] = [spec.dtype for spec in DTYPES]
 FLOAT_DTYPES: frozenset = frozenset(spec.dtype for spec in DTYPES if spec.is_float)
@@ -181,3 +182,35 @@ def reaches_mmap(arr) -> bool:
             return False
         obj = base
     return False
+
+
+def same_tree(a, b, path: str = "") -> None:
+    """Assert that two nested states are identical: same container and leaf
+    types, same key types and order, and the same bits in every tensor and
+    float (so NaNs and -0.0 count). Torch tensors must also agree in dtype,
+    device, subclass and requires_grad."""
+    import struct
+
+    where = path or "the top level"
+    assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, dict):
+        assert [(type(k), k) for k in a] == [(type(k), k) for k in b], f"{where}: keys {list(a)} != {list(b)}"
+        assert getattr(a, "_metadata", None) == getattr(b, "_metadata", None), f"{where}: _metadata differs"
+        for k in a:
+            same_tree(a[k], b[k], f"{path}/{k}" if path else str(k))
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), f"{where}: length {len(a)} != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            same_tree(x, y, f"{path}/{i}" if path else str(i))
+    elif isinstance(a, (np.ndarray, np.generic)):
+        assert same_bits(a, b), f"{where}: arrays differ"
+    elif type(a) is float:
+        assert struct.pack("<d", a) == struct.pack("<d", b), f"{where}: {a!r} != {b!r}"
+    elif type(a).__module__.startswith("torch"):
+        from .adapters import torch as torch_adapter
+
+        assert (a.dtype, a.shape, a.device, a.requires_grad) == (b.dtype, b.shape, b.device, b.requires_grad), \
+            f"{where}: {a.dtype} {tuple(a.shape)} {a.device} != {b.dtype} {tuple(b.shape)} {b.device}"
+        assert same_bits(torch_adapter.to_numpy(a), torch_adapter.to_numpy(b)), f"{where}: tensors differ"
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"

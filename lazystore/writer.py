@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import uuid
 import weakref
@@ -32,6 +33,8 @@ _DEFAULT = object()
 # and stays mmap-able: a 1% saving is not worth losing zero-copy reads.
 MIN_SAVING = 0.01
 PARTIAL_SUFFIX = ".partial"
+# The temporary a writer fills beside its target: ".<target name>.<12 hex>.partial".
+PARTIAL_NAME = re.compile(r"\.(?P<target>.+)\.[0-9a-f]{12}" + re.escape(PARTIAL_SUFFIX))
 
 
 class Writer:
@@ -77,6 +80,7 @@ class Writer:
         self._chunk_lengths: list[int] = []
         self._chunk_checksums: list[int] = []
         self._tmp = self.path.parent / f".{self.path.name}.{uuid.uuid4().hex[:12]}{PARTIAL_SUFFIX}"
+        assert PARTIAL_NAME.fullmatch(self._tmp.name)
         self._file = open(self._tmp, "xb", buffering=1 << 20)
         self._flusher = _BackgroundFlush(self._file.fileno())
         # A writer dropped without close() must not leave its temporary behind.
@@ -157,7 +161,7 @@ class Writer:
             self.abort()
             raise
         self._finalizer.detach()
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def abort(self) -> None:
         """Discard everything written; any existing target is left untouched."""
@@ -292,7 +296,7 @@ def _discard(file, flusher: _BackgroundFlush, tmp: Path) -> None:
     tmp.unlink(missing_ok=True)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     """Make the rename durable: fsync the folder that holds the new entry."""
     fd = os.open(folder, os.O_RDONLY)
     try:

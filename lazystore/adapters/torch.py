@@ -1,0 +1,143 @@
+"""PyTorch tensors <-> numpy arrays. The only module of lazystore that imports torch.
+
+torch is imported lazily: :func:`is_tensor` and :func:`describe` only look
+at ``sys.modules`` (an object can only be a torch tensor if torch is already
+imported), and :func:`require` imports it when a torch tensor must be made,
+raising :class:`~lazystore.MissingDependencyError` if it is not installed.
+
+Conversions never copy on the CPU: ``to_numpy`` and ``from_numpy`` share
+memory, reinterpreting the bits of dtypes numpy lacks natively (bfloat16,
+float8) through a same-sized integer view, e.g. ``t.view(torch.int16)``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import ml_dtypes
+import numpy as np
+
+from ..errors import FormatError, InvalidInputError, MissingDependencyError, UnsupportedDtypeError
+
+EXTRA = "pip install 'lazystore[torch]'"
+
+
+def is_tensor(x) -> bool:
+    """Is ``x`` a torch tensor? Never imports torch."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def require():
+    """The torch module, or a MissingDependencyError naming the extra."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"this checkpoint holds PyTorch tensors, and PyTorch is not installed: {EXTRA}"
+        ) from exc
+    return torch
+
+
+# torch dtype name -> (numpy dtype, name of the same-sized torch int dtype to
+# reinterpret through, or None when torch.from_numpy / .numpy() handle it).
+_DTYPES = {
+    "bool": (np.bool_, None),
+    "int8": (np.int8, None),
+    "int16": (np.int16, None),
+    "int32": (np.int32, None),
+    "int64": (np.int64, None),
+    "uint8": (np.uint8, None),
+    "uint16": (np.uint16, None),
+    "uint32": (np.uint32, None),
+    "uint64": (np.uint64, None),
+    "float16": (np.float16, None),
+    "float32": (np.float32, None),
+    "float64": (np.float64, None),
+    "complex64": (np.complex64, None),
+    "complex128": (np.complex128, None),
+    "bfloat16": (ml_dtypes.bfloat16, "int16"),
+    "float8_e4m3fn": (ml_dtypes.float8_e4m3fn, "uint8"),
+    "float8_e5m2": (ml_dtypes.float8_e5m2, "uint8"),
+}
+_BY_NUMPY = {np.dtype(np_dtype): name for name, (np_dtype, _) in _DTYPES.items()}
+
+
+def _name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def describe(t, where: str = "") -> dict:
+    """Check that a tensor can be saved; the attributes to record for it."""
+    torch = sys.modules["torch"]
+    at = f" at {where}" if where else ""
+    if type(t) not in (torch.Tensor, torch.nn.Parameter):
+        raise InvalidInputError(
+            f"cannot save a {type(t).__qualname__}{at}: only plain tensors and nn.Parameter "
+            "(convert with t.as_subclass(torch.Tensor))")
+    if t.layout is not torch.strided or t.is_nested:
+        raise InvalidInputError(f"cannot save a {t.layout} tensor{at}: only dense (strided) tensors "
+                                "(convert with t.to_dense())")
+    if _name(t.dtype) not in _DTYPES:
+        supported = ", ".join(_DTYPES)
+        raise UnsupportedDtypeError(f"torch dtype {t.dtype}{at} cannot be stored; supported: {supported}")
+    if t.device.type == "meta":
+        raise InvalidInputError(f"cannot save a tensor on the meta device{at}: it has no data")
+    attrs = {}
+    if type(t) is torch.nn.Parameter:
+        attrs["parameter"] = True
+    if t.requires_grad:
+        attrs["requires_grad"] = True
+    return attrs
+
+
+def to_numpy(t) -> np.ndarray:
+    """A numpy array of a tensor's values, moved to the CPU first. Shares
+    memory with a CPU tensor; never copies unless the tensor is elsewhere or
+    has its conjugate/negative bit set."""
+    torch = sys.modules["torch"]
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.to("cpu")
+    t = t.resolve_conj().resolve_neg()
+    np_dtype, via = _DTYPES[_name(t.dtype)]
+    if via is None:
+        return t.numpy()
+    return t.view(getattr(torch, via)).numpy().view(np_dtype)
+
+
+def device(map_location):
+    """``map_location`` as a torch.device (None stays None: the CPU)."""
+    torch = require()
+    if map_location is None or isinstance(map_location, torch.device):
+        return map_location
+    if isinstance(map_location, (str, int)) and not isinstance(map_location, bool):
+        try:
+            return torch.device(map_location)
+        except (RuntimeError, TypeError, ValueError) as exc:
+            raise InvalidInputError(f"bad map_location {map_location!r}: {exc}") from None
+    raise InvalidInputError(
+        f"map_location must be None, a device string such as 'cpu' or 'cuda:0', or a torch.device; "
+        f"got {map_location!r}")
+
+
+def from_numpy(arr: np.ndarray, node: dict, dev=None):
+    """The torch tensor for a loaded array, sharing its memory on the CPU,
+    moved to ``dev`` and given back the attributes :func:`describe` recorded."""
+    torch = require()
+    name = _BY_NUMPY[arr.dtype]
+    via = _DTYPES[name][1]
+    if via is None:
+        t = torch.from_numpy(arr)
+    else:
+        t = torch.from_numpy(arr.view(np.dtype(via))).view(getattr(torch, name))
+    if dev is not None and dev.type != "cpu":
+        t = t.to(dev)
+    requires_grad = node.get("requires_grad", False)
+    if requires_grad and not (t.is_floating_point() or t.is_complex()):
+        raise FormatError(f"corrupt tree: tensor {node.get('key')!r} of dtype {t.dtype} cannot require grad")
+    if node.get("parameter", False):
+        return torch.nn.Parameter(t, requires_grad=requires_grad)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t

@@ -1,0 +1,261 @@
+"""CheckpointManager: numbered training checkpoints in one folder, with retention.
+
+Each checkpoint is one lazystore file, ``step-000000000123.lzy`` (the step
+zero-padded to 12 digits), written by :func:`lazystore.save`: atomically
+and durably, so a crash mid-save leaves only a hidden temporary file that is
+never listed. The step's metrics are stored in the checkpoint itself (the
+reserved metadata member ``__lazystore_manager__``), so the history -- which
+steps exist, their metrics, which one is best -- is rebuilt from the files
+alone by any manager opened on the folder.
+
+One process should save into a folder at a time; any number may read it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+import os
+import re
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from . import api, tree
+from .errors import CheckpointNotFoundError, FormatError, InvalidInputError
+from .writer import PARTIAL_NAME, fsync_dir
+
+MANAGER_KEY = "__lazystore_manager__"
+MANAGER_VERSION = 1
+_FILE = re.compile(r"step-(\d{12,})\.lzy")
+
+
+def checkpoint_name(step: int) -> str:
+    """The file name of a step's checkpoint: ``step-000000000123.lzy``."""
+    return f"step-{step:012d}.lzy"
+
+
+class CheckpointManager:
+    """Save training state every so often; keep the last and the best.
+
+    >>> mgr = CheckpointManager("ckpts", keep_last=3, keep_best=1, metric="val_loss")  # doctest: +SKIP
+    >>> mgr.save(step, state, metrics={"val_loss": 0.42})                              # doctest: +SKIP
+    >>> state = mgr.restore()            # the latest step                               # doctest: +SKIP
+
+    Retention (applied after each save, once the new checkpoint is durable):
+    ``keep_last=N`` keeps the N highest steps; ``keep_best=N`` keeps the N
+    steps with the best value of ``metric`` (lowest for ``mode="min"``,
+    highest for ``"max"``; ties go to the earlier step; NaN is never best).
+    A checkpoint kept by either rule stays. With neither, nothing is deleted.
+    """
+
+    def __init__(self, directory, *, keep_last: int | None = None, keep_best: int | None = None,
+                 metric: str | None = None, mode: str = "min", compression=None):
+        self.keep_last = _count("keep_last", keep_last)
+        self.keep_best = _count("keep_best", keep_best)
+        if metric is not None and not isinstance(metric, str):
+            raise InvalidInputError(f"metric must be the str name of a metric, got {metric!r}")
+        if self.keep_best is not None and metric is None:
+            raise InvalidInputError("keep_best needs metric=: the name of the metric that ranks checkpoints")
+        if mode not in ("min", "max"):
+            raise InvalidInputError(f"mode must be 'min' or 'max', got {mode!r}")
+        self.metric = metric
+        self.mode = mode
+        self.compression = compression
+        self.directory = Path(os.fspath(directory))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        # step -> ((inode, mtime_ns, size), metrics): re-read if the file changes.
+        self._metrics_cache: dict[int, tuple[tuple, dict]] = {}
+
+    # -- writing ---------------------------------------------------------------
+
+    def save(self, step: int, state, *, metrics: Mapping | None = None) -> Path:
+        """Write ``state`` (anything :func:`lazystore.save` takes) as checkpoint
+        ``step``, replacing any checkpoint of that step; then apply retention.
+
+        ``metrics`` maps names to numbers (int, float -- inf and nan too --,
+        numpy scalars, one-element arrays or tensors). Returns the file's path.
+        """
+        step = _step(step)
+        metrics = _metrics(metrics)
+        path = self.path(step)
+        entry = {"version": MANAGER_VERSION, "step": step,
+                 "metrics": {name: tree.encode_scalar(value) for name, value in metrics.items()}}
+        with self._lock:
+            api._save(state, path, compression=self.compression, system_metadata={MANAGER_KEY: entry})
+            # The new checkpoint is durable: only now may older ones go.
+            self._metrics_cache[step] = (_stat_key(path), metrics)
+            self._apply_retention()
+        return path
+
+    # -- reading -----------------------------------------------------------------
+
+    def steps(self) -> list[int]:
+        """The retained steps, sorted (read from the folder on each call)."""
+        steps = []
+        for name in os.listdir(self.directory):
+            m = _FILE.fullmatch(name)
+            if m and name == checkpoint_name(int(m.group(1))):
+                steps.append(int(m.group(1)))
+        return sorted(steps)
+
+    def latest(self) -> int | None:
+        """The highest retained step, or None."""
+        steps = self.steps()
+        return steps[-1] if steps else None
+
+    def best(self) -> int | None:
+        """The retained step with the best value of ``metric``, or None if no
+        checkpoint has a (non-NaN) value for it."""
+        if self.metric is None:
+            raise InvalidInputError("best() needs a manager created with metric=")
+        ranked = self._ranked(self.steps())
+        return ranked[0] if ranked else None
+
+    def metrics(self, step: int) -> dict:
+        """The metrics saved with ``step``."""
+        return dict(self._metrics(self._existing(step)))
+
+    def path(self, step: int) -> Path:
+        """Where checkpoint ``step`` is (or would be) stored."""
+        return self.directory / checkpoint_name(_step(step))
+
+    def restore(self, step: int | None = None, *, map_location=None):
+        """Load a checkpoint (the latest by default) as :func:`lazystore.load` does."""
+        return api.load(self.path(self._resolve(step)), map_location=map_location)
+
+    def open(self, step: int | None = None):
+        """Open a checkpoint (the latest by default) lazily, as :func:`lazystore.open` does."""
+        return api.open(self.path(self._resolve(step)))
+
+    def __repr__(self) -> str:
+        return (f"CheckpointManager({os.fspath(self.directory)!r}, keep_last={self.keep_last}, "
+                f"keep_best={self.keep_best}, metric={self.metric!r}, mode={self.mode!r})")
+
+    # -- internals -----------------------------------------------------------------
+
+    def _resolve(self, step) -> int:
+        if step is None:
+            latest = self.latest()
+            if latest is None:
+                raise CheckpointNotFoundError(f"no checkpoints in {os.fspath(self.directory)}")
+            return latest
+        return self._existing(step)
+
+    def _existing(self, step) -> int:
+        step = _step(step)
+        if not self.path(step).is_file():
+            raise CheckpointNotFoundError(
+                f"no checkpoint for step {step} in {os.fspath(self.directory)}; retained steps: {self.steps()}")
+        return step
+
+    def _metrics(self, step: int) -> dict:
+        path = self.path(step)
+        key = _stat_key(path)
+        cached = self._metrics_cache.get(step)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        with api.open(path) as ck:
+            entry = ck.system_metadata.get(MANAGER_KEY)
+        metrics = _decode_entry(entry, path)
+        self._metrics_cache[step] = (key, metrics)
+        return metrics
+
+    def _ranked(self, steps: list[int]) -> list[int]:
+        """Steps with a value for ``metric``, best first (ties: earlier step first)."""
+        scored = []
+        for step in steps:
+            value = self._metrics(step).get(self.metric)
+            if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                scored.append((value if self.mode == "min" else -value, step))
+        return [step for _, step in sorted(scored)]
+
+    def _apply_retention(self) -> None:
+        steps = self.steps()
+        keep = set(steps)
+        if self.keep_last is not None or self.keep_best is not None:
+            keep = set()
+            if self.keep_last is not None:
+                keep.update(steps[-self.keep_last:])
+            if self.keep_best is not None:
+                keep.update(self._ranked(steps)[: self.keep_best])
+        removed = False
+        for step in steps:
+            if step not in keep:
+                self.path(step).unlink(missing_ok=True)
+                self._metrics_cache.pop(step, None)
+                removed = True
+        # Temporary files of saves that crashed (this process saves one at a time).
+        for name in os.listdir(self.directory):
+            partial = PARTIAL_NAME.fullmatch(name)
+            if partial and _FILE.fullmatch(partial["target"]):
+                (self.directory / name).unlink(missing_ok=True)
+                removed = True
+        if removed:
+            fsync_dir(self.directory)
+
+
+def _count(name: str, value) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InvalidInputError(f"{name} must be None or an int >= 1, got {value!r}")
+    return int(value)
+
+
+def _step(step) -> int:
+    if isinstance(step, (bool, np.bool_)):
+        raise InvalidInputError(f"step must be an int >= 0, got {step!r}")
+    try:
+        step = operator.index(step)
+    except TypeError:
+        raise InvalidInputError(f"step must be an int >= 0, got {step!r}") from None
+    if step < 0:
+        raise InvalidInputError(f"step must be an int >= 0, got {step}")
+    return step
+
+
+def _metrics(metrics) -> dict:
+    if metrics is None:
+        return {}
+    if not isinstance(metrics, Mapping):
+        raise InvalidInputError(f"metrics must be a mapping of names to numbers, got {type(metrics).__name__}")
+    out = {}
+    for name, value in metrics.items():
+        if not isinstance(name, str):
+            raise InvalidInputError(f"metric names must be str, got {name!r}")
+        out[name] = _number(name, value)
+    return out
+
+
+def _number(name: str, value):
+    if hasattr(value, "item") and not isinstance(value, (bool, int, float)):
+        try:
+            value = value.item()  # numpy scalars, one-element arrays and tensors
+        except (ValueError, RuntimeError, TypeError):
+            pass
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidInputError(f"metric {name!r} must be a real number, got {value!r}")
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
+def _decode_entry(entry, path) -> dict:
+    if entry is None:
+        return {}  # a lazystore file not written by a manager: no metrics
+    if not isinstance(entry, dict) or not isinstance(entry.get("metrics"), dict):
+        raise FormatError(f"corrupt {MANAGER_KEY} in {os.fspath(path)}")
+    metrics = {}
+    for name, node in entry["metrics"].items():
+        if not isinstance(node, dict) or node.get("t") not in ("int", "float"):
+            raise FormatError(f"corrupt {MANAGER_KEY} in {os.fspath(path)}: metric {name!r}")
+        metrics[name] = tree.decode_scalar(node)
+    return metrics
+
+
+def _stat_key(path: Path) -> tuple:
+    st = os.stat(path)
+    return (st.st_ino, st.st_mtime_ns, st.st_size)

@@ -1,0 +1,403 @@
+"""Nested training state <-> flat tensors plus a JSON description of the rest.
+
+``flatten(obj)`` walks any nesting of dicts (str or int keys), OrderedDicts,
+lists and tuples. Tensor leaves (numpy arrays, torch tensors; numpy scalars
+count as 0-d arrays) become named tensors, keyed by their path joined with
+"/". Everything else (the containers, and int/float/bool/None/str scalars)
+goes into a JSON-able *tree* that records each tensor leaf's exact key. ``build(...)`` turns the
+tree and the tensors back into the same structure with the same types.
+
+The tree is stored in the reserved metadata member ``__lazystore_tree__``;
+its schema is specified in docs/format.md (section 11.7). A flat mapping of
+str names to numpy arrays gets no tree at all: it is the file itself.
+
+This module never imports torch: torch tensors are recognised, described and
+converted by ``lazystore.adapters.torch``, which imports torch only when a
+torch tensor has to be made.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import math
+import re
+import struct
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Mapping
+
+import numpy as np
+
+from .adapters import torch as torch_adapter
+from .dtypes import spec_for
+from .errors import FormatError, InvalidInputError, UnsupportedDtypeError, UnsupportedVersionError
+from .view import CheckpointView
+
+TREE_KEY = "__lazystore_tree__"
+TREE_VERSION = 1
+SEP = "/"
+# A leaf whose joined path is already taken gets "<path>~1", "<path>~2", ...
+DISAMBIGUATOR = "~"
+# Containers nested deeper than this are refused (on save: likely a cycle; on
+# load: a hostile file). Each level costs up to 3 JSON levels, and Python's
+# JSON parser stops near 1000.
+MAX_DEPTH = 100
+
+# Node types ("t"), see docs/format.md 11.7.
+TENSOR_TYPES = ("numpy", "torch")
+CONTAINER_TYPES = ("dict", "odict", "list", "tuple")
+SCALAR_TYPES = ("none", "bool", "int", "float", "str")
+
+_LEAF_HELP = ("containers: dict (str or int keys), OrderedDict, list, tuple; tensors: numpy arrays "
+              "(and numpy scalars, stored as 0-d arrays), torch tensors; scalars: int, float, bool, None, str")
+
+
+# -- plain flat mappings -----------------------------------------------------------
+
+
+def is_flat(obj) -> bool:
+    """A mapping of str names to numpy arrays (or numpy scalars, which are
+    stored as 0-d arrays): stored as is, without a tree."""
+    if isinstance(obj, CheckpointView):  # flat by construction: don't read its tensors
+        return True
+    if not isinstance(obj, Mapping):
+        return False
+    return all(isinstance(k, str) and isinstance(v, (np.ndarray, np.generic)) for k, v in obj.items())
+
+
+# -- scalars -----------------------------------------------------------------------
+
+
+def float_text(x: float) -> str:
+    """Exact text of a float: ``float.hex`` ("inf", "-inf", "-0x0.0p+0" included),
+    or for a NaN its binary64 bits, "nan:7ff8000000000000" (sign and payload kept)."""
+    if math.isnan(x):
+        return "nan:" + struct.pack(">d", x).hex()
+    return x.hex()
+
+
+_HEX_FLOAT = re.compile(r"-?(0[xX](?=\.?[0-9a-fA-F])[0-9a-fA-F]*(\.[0-9a-fA-F]*)?[pP][+-]?[0-9]+|inf)")
+
+
+def parse_float(text) -> float:
+    if not isinstance(text, str):
+        raise ValueError(f"float must be a string, got {text!r}")
+    if text.startswith("nan:"):
+        bits = text[4:]
+        if len(bits) != 16 or any(c not in "0123456789abcdef" for c in bits):
+            raise ValueError(f"bad NaN bits {text!r}")
+        value = struct.unpack(">d", bytes.fromhex(bits))[0]
+        if not math.isnan(value):
+            raise ValueError(f"{text!r} is not a NaN")
+        return value
+    if not _HEX_FLOAT.fullmatch(text):
+        raise ValueError(f"{text!r} is not a hexadecimal float such as float.hex() writes, "
+                         "'inf', '-inf' or 'nan:<16 hex digits>'")
+    try:
+        return float.fromhex(text)
+    except OverflowError:
+        raise ValueError(f"{text!r} overflows a float") from None
+
+
+def encode_scalar(x):
+    """The tree node of a scalar, or None if ``x`` is not one."""
+    t = type(x)
+    if x is None:
+        return {"t": "none"}
+    if t is bool:
+        return {"t": "bool", "v": x}
+    if t is int:
+        return {"t": "int", "v": x}
+    if t is float:
+        return {"t": "float", "v": float_text(x)}
+    if t is str:
+        return {"t": "str", "v": x}
+    return None
+
+
+def decode_scalar(node: dict):
+    t = node["t"]
+    if t == "none":
+        return None
+    v = node.get("v")
+    if t == "bool" and type(v) is bool:
+        return v
+    if t == "int" and type(v) is int:
+        return v
+    if t == "str" and type(v) is str:
+        return v
+    if t == "float":
+        try:
+            return parse_float(v)
+        except ValueError as exc:
+            raise FormatError(f"corrupt tree: bad float: {exc}") from None
+    raise FormatError(f"corrupt tree: {t} node with value {v!r}")
+
+
+# -- saving ------------------------------------------------------------------------
+
+
+def flatten(obj) -> tuple[dict, dict[str, object]]:
+    """``(tree, leaves)``: the JSON-able tree and the tensor leaves by key, in
+    traversal order (depth first, containers in their own order).
+
+    Everything is checked here, before a byte is written: container and key
+    types, scalar values, tensor dtypes, key texts.
+    """
+    found: list[tuple[str, object, dict]] = []
+    root = _encode(obj, (), found, 0)
+    # Each leaf gets its joined path, unless an earlier leaf took it (a flat
+    # key "a/b" and a nested a -> b; or an int key 0 and a str key "0"): then
+    # the first free "<path>~<n>", n = 1, 2, ..., that is no leaf's own path.
+    used = {key for key, _, _ in found}
+    given: set[str] = set()
+    leaves: dict[str, object] = {}
+    for key, value, node in found:
+        if key in given:
+            n = 1
+            while f"{key}{DISAMBIGUATOR}{n}" in used:
+                n += 1
+            key = f"{key}{DISAMBIGUATOR}{n}"
+            used.add(key)
+        given.add(key)
+        node["key"] = key
+        leaves[key] = value
+    return {"version": TREE_VERSION, "root": root}, leaves
+
+
+def as_array(leaf) -> np.ndarray:
+    """The numpy array to write for a leaf returned by :func:`flatten`."""
+    if isinstance(leaf, (np.ndarray, np.generic)):
+        return np.asarray(leaf)
+    return torch_adapter.to_numpy(leaf)
+
+
+def _where(path) -> str:
+    return SEP.join(path) if path else "the top level"
+
+
+def _encode(x, path: tuple, found: list | None, depth: int) -> dict:
+    """The node for ``x``; tensor leaves are appended to ``found`` (None: no
+    tensors allowed here)."""
+    node = encode_scalar(x)
+    if node is not None:
+        if node["t"] == "str":
+            _check_utf8(x, path, "string")
+        elif node["t"] == "int":
+            _check_int_encodable(x, path)
+        return node
+    t = type(x)
+    if t is dict or t is OrderedDict:
+        if depth >= MAX_DEPTH:
+            raise InvalidInputError(f"state nested deeper than {MAX_DEPTH} levels at {_where(path)} "
+                                    "(is there a reference cycle?)")
+        items = []
+        for k, v in x.items():
+            key = _dict_key(k, path)
+            items.append([key, _encode(v, path + (str(key),), found, depth + 1)])
+        node = {"t": "dict" if t is dict else "odict", "v": items}
+        # torch's state_dict() keeps module versions in this attribute, and
+        # load_state_dict() reads them: keep it as torch.save does.
+        meta = getattr(x, "_metadata", None)
+        if t is OrderedDict and meta is not None:
+            node["_metadata"] = _encode(meta, path + ("_metadata",), None, depth + 1)
+        return node
+    if t is list or t is tuple:
+        if depth >= MAX_DEPTH:
+            raise InvalidInputError(f"state nested deeper than {MAX_DEPTH} levels at {_where(path)} "
+                                    "(is there a reference cycle?)")
+        return {"t": t.__name__, "v": [_encode(v, path + (str(i),), found, depth + 1) for i, v in enumerate(x)]}
+
+    if isinstance(x, (np.ndarray, np.generic)):  # a numpy scalar is a 0-d array in the file
+        node = {"t": "numpy"}
+        try:
+            spec_for(x.dtype)
+        except UnsupportedDtypeError as exc:
+            raise UnsupportedDtypeError(f"{exc} (at {_where(path)})") from None
+    elif torch_adapter.is_tensor(x):
+        node = {"t": "torch", **torch_adapter.describe(x, _where(path))}
+    else:
+        raise InvalidInputError(f"cannot save {type(x).__module__}.{type(x).__qualname__} at {_where(path)}; "
+                                f"supported: {_LEAF_HELP}")
+    if found is None:
+        raise InvalidInputError(f"a tensor cannot be saved at {_where(path)}")
+    key = SEP.join(path)
+    if "\0" in key:
+        raise InvalidInputError(f"tensor key {key!r} contains a NUL character")
+    found.append((key, x, node))
+    return node
+
+
+def _check_int_encodable(x: int, path) -> None:
+    # JSON writes ints in decimal, and Python refuses to print ints longer
+    # than its digit limit (4300 by default): say so here, naming the leaf.
+    limit = sys.get_int_max_str_digits()
+    if limit and x.bit_length() > limit * 3.32:  # log2(10) bits per digit
+        try:
+            str(x)
+        except ValueError:
+            raise InvalidInputError(f"int at {_where(path)} has more than {limit} digits, "
+                                    "more than JSON can encode here") from None
+
+
+def _dict_key(k, path):
+    if isinstance(k, str):
+        _check_utf8(k, path, "key")
+        return str(k)
+    if isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+        return int(k)
+    raise InvalidInputError(f"dict keys must be str or int, got {type(k).__name__} {k!r} at {_where(path)}")
+
+
+def _check_utf8(text: str, path, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"{what} {text!r} at {_where(path)} cannot be encoded as UTF-8") from None
+
+
+# -- loading -------------------------------------------------------------------------
+
+
+def parse(tree, names: Collection[str]) -> tuple[dict, list[str]]:
+    """Validate a stored tree against the file's tensor names.
+
+    Returns the root node and the tensor keys in tree order. Every tensor of
+    the file must appear exactly once; anything malformed is a FormatError.
+    """
+    if not isinstance(tree, dict):
+        raise FormatError(f"corrupt tree: {TREE_KEY} is not a JSON object")
+    version = tree.get("version")
+    if type(version) is not int:
+        raise FormatError(f"corrupt tree: version {version!r}")
+    if version != TREE_VERSION:
+        raise UnsupportedVersionError(
+            f"the nested structure is version {version}; this lazystore reads version {TREE_VERSION}: "
+            "a newer lazystore is needed (the tensors themselves are readable with ls.open)")
+    if "root" not in tree:
+        raise FormatError("corrupt tree: no root")
+    keys: list[str] = []
+    _check_node(tree["root"], keys, 0, tensors_allowed=True)
+    names = set(names)
+    seen: set[str] = set()
+    for key in keys:
+        if key not in names:
+            raise FormatError(f"corrupt tree: it names tensor {key!r}, which is not in the file")
+        if key in seen:
+            raise FormatError(f"corrupt tree: tensor {key!r} appears twice")
+        seen.add(key)
+    if len(seen) != len(names):
+        missing = sorted(names - seen)[:5]
+        raise FormatError(f"corrupt tree: tensors missing from it, e.g. {missing}")
+    return tree["root"], keys
+
+
+def _check_node(node, keys: list, depth: int, tensors_allowed: bool) -> None:
+    if not isinstance(node, dict) or type(node.get("t")) is not str:
+        raise FormatError(f"corrupt tree: node {_short(node)} is not an object with a type")
+    t = node["t"]
+    if t in SCALAR_TYPES:
+        decode_scalar(node)
+        return
+    if t in TENSOR_TYPES:
+        if not tensors_allowed:
+            raise FormatError("corrupt tree: a tensor inside _metadata")
+        key = node.get("key")
+        if type(key) is not str:
+            raise FormatError(f"corrupt tree: tensor node {_short(node)} without a str key")
+        for flag in ("requires_grad", "parameter"):
+            if flag in node and type(node[flag]) is not bool:
+                raise FormatError(f"corrupt tree: {flag} of tensor {key!r} is not a bool")
+        keys.append(key)
+        return
+    if t not in CONTAINER_TYPES:
+        raise FormatError(f"corrupt tree: unknown node type {t!r}")
+    if depth >= MAX_DEPTH:
+        raise FormatError(f"corrupt tree: nested deeper than {MAX_DEPTH} levels")
+    items = node.get("v")
+    if type(items) is not list:
+        raise FormatError(f"corrupt tree: {t} node without a list of items")
+    if t in ("dict", "odict"):
+        seen = set()
+        for item in items:
+            if type(item) is not list or len(item) != 2 or type(item[0]) not in (str, int):
+                raise FormatError(f"corrupt tree: dict item {_short(item)} is not a [str or int key, node] pair")
+            if item[0] in seen:
+                raise FormatError(f"corrupt tree: duplicate dict key {item[0]!r}")
+            seen.add(item[0])
+            _check_node(item[1], keys, depth + 1, tensors_allowed)
+        if "_metadata" in node:
+            if t != "odict":
+                raise FormatError("corrupt tree: _metadata on a node that is not an odict")
+            _check_node(node["_metadata"], keys, depth + 1, tensors_allowed=False)
+    else:
+        for child in items:
+            _check_node(child, keys, depth + 1, tensors_allowed)
+
+
+def _short(x) -> str:
+    text = repr(x)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+_MISSING = object()
+_EMPTY = {"dict": dict, "odict": OrderedDict, "list": list, "tuple": tuple}
+
+
+def build(root: dict, arrays: Mapping[str, np.ndarray], make_torch: Callable[[np.ndarray, dict], object],
+          selected: Collection[str] | None = None):
+    """The object a validated tree describes, its tensor leaves taken from ``arrays``.
+
+    With ``selected`` (a set of tensor keys), the result holds only those
+    tensors and the containers on their paths: scalars and containers without
+    a selected tensor are left out, and lists and tuples keep the selected
+    elements in order. The top-level container is always returned (maybe
+    empty); a top-level tensor that is not selected gives None.
+    """
+    value = _build(root, arrays, make_torch, selected)
+    if value is _MISSING:
+        empty = _EMPTY.get(root["t"])
+        return empty() if empty is not None else None
+    return value
+
+
+def _build(node, arrays, make_torch, selected):
+    t = node["t"]
+    if t in TENSOR_TYPES:
+        key = node["key"]
+        if selected is not None and key not in selected:
+            return _MISSING
+        arr = arrays[key]
+        return arr if t == "numpy" else make_torch(arr, node)
+    if t in SCALAR_TYPES:
+        return decode_scalar(node) if selected is None else _MISSING
+    if t in ("dict", "odict"):
+        out = {} if t == "dict" else OrderedDict()
+        for key, child in node["v"]:
+            value = _build(child, arrays, make_torch, selected)
+            if value is not _MISSING:
+                out[key] = value
+        if "_metadata" in node and (selected is None or out):
+            out._metadata = _build(node["_metadata"], arrays, make_torch, None)
+    else:
+        out = [v for v in (_build(c, arrays, make_torch, selected) for c in node["v"]) if v is not _MISSING]
+        if t == "tuple":
+            out = tuple(out)
+    if selected is not None and not out:
+        return _MISSING
+    return out
+
+
+def has_torch(root: dict, selected=None) -> bool:
+    """Does the tree hold a torch tensor (among ``selected`` keys, if given)?"""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        t = node["t"]
+        if t == "torch" and (selected is None or node["key"] in selected):
+            return True
+        if t in ("dict", "odict"):
+            stack.extend(child for _, child in node["v"])
+        elif t in ("list", "tuple"):
+            stack.extend(node["v"])
+    return False
