@@ -26,7 +26,7 @@ import numpy as np
 
 from . import api, tree
 from .errors import CheckpointNotFoundError, FormatError, InvalidInputError
-from .writer import PARTIAL_NAME, fsync_dir
+from .writer import fsync_dir
 
 MANAGER_KEY = "__lazystore_manager__"
 MANAGER_VERSION = 1
@@ -189,12 +189,8 @@ class CheckpointManager:
                 self.path(step).unlink(missing_ok=True)
                 self._metrics_cache.pop(step, None)
                 removed = True
-        # Temporary files of saves that crashed (this process saves one at a time).
-        for name in os.listdir(self.directory):
-            partial = PARTIAL_NAME.fullmatch(name)
-            if partial and _FILE.fullmatch(partial["target"]):
-                (self.directory / name).unlink(missing_ok=True)
-                removed = True
+        # (Temporary files of saves that crashed are removed by the writer
+        # at the start of every save into this folder.)
         if removed:
             fsync_dir(self.directory)
 

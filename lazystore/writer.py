@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import threading
-import uuid
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from . import format as fmt
+from . import partials
 from .checksum import digest
 from .chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
 from .codecs import RAW, codec_for
@@ -32,9 +31,6 @@ _DEFAULT = object()
 # A compressed tensor must save at least this fraction, else it is stored raw
 # and stays mmap-able: a 1% saving is not worth losing zero-copy reads.
 MIN_SAVING = 0.01
-PARTIAL_SUFFIX = ".partial"
-# The temporary a writer fills beside its target: ".<target name>.<12 hex>.partial".
-PARTIAL_NAME = re.compile(r"\.(?P<target>.+)\.[0-9a-f]{12}" + re.escape(PARTIAL_SUFFIX))
 
 
 class Writer:
@@ -79,9 +75,10 @@ class Writer:
         self._dims: list[int] = []
         self._chunk_lengths: list[int] = []
         self._chunk_checksums: list[int] = []
-        self._tmp = self.path.parent / f".{self.path.name}.{uuid.uuid4().hex[:12]}{PARTIAL_SUFFIX}"
-        assert PARTIAL_NAME.fullmatch(self._tmp.name)
-        self._file = open(self._tmp, "xb", buffering=1 << 20)
+        # Partial files of writers that died in this folder go first; ours is
+        # locked for as long as we write, so no other save removes it.
+        partials.remove_stale(self.path.parent)
+        self._tmp, self._file = partials.create(self.path)
         self._flusher = _BackgroundFlush(self._file.fileno())
         # A writer dropped without close() must not leave its temporary behind.
         self._finalizer = weakref.finalize(self, _discard, self._file, self._flusher, self._tmp)

@@ -309,3 +309,28 @@ def test_streaming_512mib_compressed_has_bounded_memory(tmp_path):
     assert r["stored"] < r["nbytes"]
     peak_mib = r["peak_kib"] / 1024
     assert peak_mib < 250, f"peak RSS {peak_mib:.0f} MiB while writing 512 MiB (base {r['base_kib'] / 1024:.0f} MiB)"
+
+
+def test_a_killed_writers_partial_file_is_removed_by_the_next_save(tmp_path):
+    code = (
+        "import os, sys, numpy as np, lazystore as ls\n"
+        "w = ls.Writer(sys.argv[1])\n"
+        "w.add('a', np.zeros(1000))\n"
+        "w._file.flush()\n"
+        "os._exit(9)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a.lzy")], timeout=120)
+    assert proc.returncode == 9
+    left = [p.name for p in tmp_path.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".a.lzy.") and left[0].endswith(".partial")
+    ls.save({"x": np.ones(3)}, tmp_path / "b.lzy")  # another target, same folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.lzy"]
+
+
+def test_a_live_writers_partial_file_is_left_alone(tmp_path):
+    with ls.Writer(tmp_path / "a.lzy") as w:
+        w.add("a", np.zeros(1000))
+        ls.save({"x": np.ones(3)}, tmp_path / "b.lzy")  # must not delete w's partial file
+        w.add("b", np.ones(10))
+    with ls.open(tmp_path / "a.lzy") as ck:
+        assert list(ck) == ["a", "b"]
