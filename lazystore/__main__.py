@@ -1,0 +1,7 @@
+"""``python -m lazystore``: the command line (see ``lazystore.cli``)."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
