@@ -9,11 +9,13 @@ lazystore's figure over the anchor's, from the same run.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import xxhash
@@ -53,6 +55,7 @@ class Result:
     earlier: str = ""  # the figure measured earlier (from the issue), if any
     note: str = ""
     samples: dict = field(default_factory=dict)
+    group: str = ""  # "remote": shown in a table of its own, against its anchor
 
     @property
     def status(self) -> str | None:
@@ -378,5 +381,84 @@ def minilm(ctx: Context) -> list[Result]:
     return rows
 
 
+REMOTE_LAYERS = 32
+REMOTE_LAYER = 7  # the layer loaded
+
+
+def _remote_files(ctx: Context) -> dict[str, Path]:
+    """A 32-layer checkpoint, raw and zstd: the full run's own checkpoint, or
+    in quick mode one of 32 layers with every dimension a quarter as long."""
+    f = ctx.files
+    if ctx.scale.layers == REMOTE_LAYERS:
+        return {"raw": f.ckpt["lzy"], "zstd": f.ckpt["zstd.lzy"]}
+    tensors = workloads.checkpoint(REMOTE_LAYERS, seed=3, shrink=4)
+    paths = {"raw": f.scratch("remote.lzy"), "zstd": f.scratch("remote.zstd.lzy")}
+    anchors.ls_save(tensors, paths["raw"])
+    anchors.ls_save(tensors, paths["zstd"], compression="zstd")
+    return paths
+
+
+def remote(ctx: Context) -> list[Result]:
+    """Load 1 of 32 layers over HTTP (loopback, a server honouring Range)
+    against downloading the whole file: bytes fetched, requests, time."""
+    import fsspec
+
+    import lazystore as ls
+    from lazystore.rangeserver import RangeServer
+
+    paths = _remote_files(ctx)
+    maps = {}
+    for variant, path in paths.items():
+        with open(path, "rb") as fh:
+            maps[variant] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    http = fsspec.filesystem("http")
+    keys = f"layers.{REMOTE_LAYER}.*"
+    rows = []
+    with RangeServer({f"{v}.lzy": m for v, m in maps.items()}) as server:
+        for variant in paths:
+            url = server.url(f"{variant}.lzy")
+            size = len(maps[variant])
+
+            def load_layer(url=url):
+                return ls.load(url, keys=keys)
+
+            def download(url=url):
+                return http.cat_file(url)
+
+            counts = {}
+            for case, fn in (("lazystore", load_layer), ("download", download)):
+                server.clear()
+                result = fn()
+                counts[case] = (len(server.requests), server.bytes_served)
+                if case == "lazystore":
+                    layer = sum(a.nbytes for a in result.values())
+                    assert len(result) == len(workloads.LAYER), sorted(result)
+                del result
+            assert counts["download"][1] == size
+            t = compare({"lazystore": load_layer, "download": download}, reps=ctx.scale.reps)
+            what = f"1 of {REMOTE_LAYERS} layers ({size_label(layer)} of {size_label(size)}, {variant})"
+            (ours_n, ours_b), (whole_n, whole_b) = counts["lazystore"], counts["download"]
+            common = dict(anchor_label="download the whole file", group="remote")
+            rows += [
+                Result(f"remote_{variant}_bytes", f"bytes fetched: open + load {what}", ours_b / MiB,
+                       whole_b / MiB, "MiB", ours_b / whole_b, None, "size",
+                       note=f"{ours_b:,} bytes vs {whole_b:,}", **common),
+                Result(f"remote_{variant}_requests", f"requests: open + load {what}", ours_n, whole_n,
+                       "requests", ours_n / whole_n, None, "size",
+                       note="HEAD for the size, one range for the index, then the layer's ranges", **common),
+                timed(f"remote_{variant}_time", f"time over loopback HTTP: open + load {what}", t,
+                      "lazystore", "download", group="remote"),
+            ]
+    for m in maps.values():
+        try:
+            m.close()
+        except BufferError:
+            pass  # a view is still alive somewhere; freed with it
+    for variant, path in paths.items():
+        if path not in ctx.files.ckpt.values():
+            path.unlink()
+    return rows
+
+
 # Run order = the issue's order; memcpy right after load, which reads the bytes it copies.
-MEASURES = (save, load, memcpy, read_one, open_many, verify, zstd_load, peak_rss, minilm)
+MEASURES = (save, load, memcpy, read_one, open_many, verify, zstd_load, peak_rss, minilm, remote)

@@ -30,7 +30,9 @@ def figure(r: Result, value: float | None) -> str:
         gbps = r.gbps(value)
         return f"{text} ({gbps:.2f} GB/s)" if gbps else text
     if r.unit == "MiB":
-        return f"{value:.0f} MiB"
+        return f"{value:.0f} MiB" if value >= 100 else f"{value:.3g} MiB"
+    if r.unit == "requests":
+        return f"{value:.0f}"
     return f"{value:.3f}x"
 
 
@@ -54,7 +56,8 @@ def _grid(header: list[str], rows: list[list[str]]) -> str:
 def table(results: list[Result]) -> str:
     """The targets (lazystore vs anchor, same run), then the informational rows."""
     targets = [r for r in results if r.target is not None]
-    others = [r for r in results if r.target is None]
+    others = [r for r in results if r.target is None and r.group != "remote"]
+    remote = [r for r in results if r.group == "remote"]
     main = _grid(
         ["measure", "lazystore", "anchor", "ratio", "target", "result"],
         [[f"{r.title} (vs {r.anchor_label})", figure(r, r.ours), figure(r, r.anchor),
@@ -68,7 +71,17 @@ def table(results: list[Result]) -> str:
                 [[f"{r.title} [{r.subject}]", figure(r, r.ours), r.earlier] for r in others])
     passed = sum(r.status == "PASS" for r in targets)
     summary = f"{passed}/{len(targets)} targets met (ratio = lazystore / anchor, medians, same run)."
-    return f"{main}\n\n{summary}\n\n{notes}\n\n{ref}\n"
+    text = f"{main}\n\n{summary}\n\n{notes}\n\n{ref}\n"
+    if remote:
+        text += "\n" + remote_table(remote) + "\n"
+    return text
+
+
+def remote_table(rows: list[Result]) -> str:
+    """Remote reads (no target): lazystore against downloading the whole file."""
+    return _grid(["remote read over loopback HTTP (no target)", "lazystore", "whole file", "ratio"],
+                 [[r.title, figure(r, r.ours), figure(r, r.anchor), f"{r.ratio:.3f}" if r.ratio is not None else ""]
+                  for r in rows])
 
 
 # -- the machine ------------------------------------------------------------------------

@@ -64,9 +64,11 @@ def _weights(rng: np.random.Generator, shape) -> np.ndarray:
     return a
 
 
-def checkpoint(layers: int, seed: int = 0) -> dict[str, np.ndarray]:
+def checkpoint(layers: int, seed: int = 0, shrink: int = 1) -> dict[str, np.ndarray]:
+    """``layers`` layers of LAYER's tensors, each dimension divided by ``shrink``."""
     rng = np.random.default_rng(seed)
-    return {f"layers.{i}.{part}": _weights(rng, shape) for i in range(layers) for part, shape in LAYER}
+    return {f"layers.{i}.{part}": _weights(rng, tuple(d // shrink for d in shape))
+            for i in range(layers) for part, shape in LAYER}
 
 
 def blocks(n: int, seed: int = 1) -> dict[str, np.ndarray]:

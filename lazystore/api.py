@@ -1,4 +1,10 @@
-"""The top-level functions: open, load, save."""
+"""The top-level functions: open, load, save.
+
+Each takes a local path or an fsspec URL (``s3://``, ``gs://``,
+``http(s)://``, ``memory://``, ``file://``; see docs/remote.md), with
+``storage_options`` for the URL's filesystem. Local paths and ``file://``
+URLs are memory-mapped; remote checkpoints are read with range requests.
+"""
 
 from __future__ import annotations
 
@@ -10,21 +16,27 @@ from .view import CheckpointView
 from .writer import Writer
 
 
-def open(path, *, verify: bool = False) -> CheckpointView:  # noqa: A001 - mirrors builtins.open
-    """Open a checkpoint lazily: only the index is read.
+def open(path, *, verify: bool = False, storage_options: Mapping | None = None) -> CheckpointView:  # noqa: A001
+    """Open a checkpoint lazily: only the index is read (from a URL: at most
+    two small requests, the object's size and its tail).
 
     The view maps tensor names to numpy arrays. For nested state saved with
     :func:`save` the names are the tensor leaves' paths joined with "/"
     (e.g. ``optimizer/state/0/exp_avg``).
 
     With ``verify=True`` each raw tensor is checked against its checksums on
-    first access (compressed chunks are always checked when decoded).
+    first access (compressed chunks are always checked when decoded, and so
+    is everything fetched from a URL).
+
+    ``storage_options`` configure the fsspec filesystem of a URL (e.g.
+    ``{"key": ..., "secret": ..., "client_kwargs": {"endpoint_url": ...}}``
+    for s3fs); local paths ignore them.
     """
-    return CheckpointView.open(path, verify=verify)
+    return CheckpointView.open(path, verify=verify, storage_options=storage_options)
 
 
 def save(obj, path, *, compression=None, compression_level: int | None = None,
-         metadata: Mapping | None = None, **writer_options) -> None:
+         metadata: Mapping | None = None, storage_options: Mapping | None = None, **writer_options) -> None:
     """Write a checkpoint atomically: a flat mapping of names to arrays, or any
     nested training state.
 
@@ -36,10 +48,14 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     mapping of str names to numpy arrays is written as is, with no structure.
     Nothing is pickled.
 
+    ``path`` may be an object-store URL (``s3://``, ``gs://``, ``az://``,
+    ``memory://``): the object appears only when its upload completes, and a
+    failed save cancels the upload. HTTP(S) URLs are read-only.
+
     ``writer_options`` are :class:`Writer`'s (``alignment``, ``chunk_bytes``).
     """
     _save(obj, path, compression=compression, compression_level=compression_level,
-          metadata=metadata, **writer_options)
+          metadata=metadata, storage_options=storage_options, **writer_options)
 
 
 def _save(obj, path, *, system_metadata: Mapping | None = None, **writer_options) -> None:
@@ -57,7 +73,7 @@ def _save(obj, path, *, system_metadata: Mapping | None = None, **writer_options
             w.add(key, leaf if structure is None else tree.as_array(leaf))
 
 
-def load(path, keys=None, *, map_location=None, verify: bool = False):
+def load(path, keys=None, *, map_location=None, verify: bool = False, storage_options: Mapping | None = None):
     """Read a checkpoint back, as it was saved.
 
     A flat checkpoint (no nested structure) gives a dict of names to arrays.
@@ -77,8 +93,13 @@ def load(path, keys=None, *, map_location=None, verify: bool = False):
     sub-tree holding just those tensors and the containers on their paths;
     scalars are left out, and lists and tuples keep the selected elements in
     order.
+
+    From a URL (``storage_options`` as for :func:`open`), only the index and
+    the selected tensors' bytes are fetched: neighbouring ranges merged into
+    one request, requests sent concurrently, every byte checked against its
+    checksum.
     """
-    with open(path, verify=verify) as ck:
+    with open(path, verify=verify, storage_options=storage_options) as ck:
         structure = ck.system_metadata.get(tree.TREE_KEY)
         if structure is None:
             return ck.load(keys)

@@ -59,6 +59,12 @@ class MissingDependencyError(LazyStoreError, ImportError):
     """An optional dependency is needed; the message names the extra."""
 
 
+class RemoteError(LazyStoreError, OSError):
+    """Remote storage failed to deliver bytes: a request that errored, broke
+    off, timed out or returned fewer bytes than asked, twice in a row (every
+    failed request is retried once). Its bytes are never used as data."""
+
+
 class InvalidIndexError(LazyStoreError, IndexError):
     """An index passed to ``get_slice`` that is out of range or not basic
     indexing (ints, slices, Ellipsis, None)."""

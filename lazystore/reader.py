@@ -2,6 +2,14 @@
 
 Every way of reading (``ck[name]``, ``get_slice``, ``load``, ``verify``)
 goes through ChunkReader, so checksum and decode rules live in one place.
+
+A mapped source (a local file) is read in place, chunk by chunk, on the
+thread pool. Any other source (remote storage, memory) has its bytes
+*fetched*: the byte ranges of all the chunks wanted go to the source's
+``read_many`` together, a batch at a time, so a remote source can merge
+them into few requests and send those concurrently; then the chunks are
+checked and decoded in parallel. Every chunk fetched is checked against its
+checksum, raw ones too: hashing costs little next to fetching.
 """
 
 from __future__ import annotations
@@ -21,12 +29,32 @@ from .sources import ByteSource
 # a big raw tensor is a few large preads (split for parallelism), not
 # thousands of small ones.
 RAW_RUN_BYTES = 16 << 20
+# Chunks fetched from an unmapped source are consumed a batch of about this
+# many bytes at a time: loading many tensors holds at most one batch of
+# fetched bytes beside the arrays being filled.
+FETCH_BATCH_BYTES = 64 << 20
 
 
 class ChunkReader:
     def __init__(self, source: ByteSource, index: Index):
         self.source = source
         self.index = index
+        # Unmapped sources are fetched from (see the module's docstring).
+        self.fetching = source.mapped() is None
+
+    def jobs(self, pos: int, chunk_ids, out: np.ndarray, verify_raw: bool) -> list:
+        """What :meth:`run` needs to fill ``out`` with the given chunks: tasks
+        for a mapped source, fetches for any other. Jobs of several tensors
+        may be run together."""
+        if self.fetching:
+            return self._fetches(pos, chunk_ids, out)
+        return self.tasks(pos, chunk_ids, out, verify_raw)
+
+    def run(self, jobs: list) -> None:
+        if self.fetching:
+            self._fetch_all(jobs)
+        else:
+            run_all(_call, jobs)
 
     def tasks(self, pos: int, chunk_ids, out: np.ndarray, verify_raw: bool) -> list:
         """Zero-argument callables that fill ``out`` (the tensor's decoded
@@ -50,7 +78,7 @@ class ChunkReader:
         ]
 
     def fill(self, pos: int, chunk_ids, out: np.ndarray, verify_raw: bool) -> None:
-        run_all(_call, self.tasks(pos, chunk_ids, out, verify_raw))
+        self.run(self.jobs(pos, chunk_ids, out, verify_raw))
 
     def check_stored(self, pos: int, chunk_ids) -> None:
         """Raise ChecksumError unless the given stored chunks match."""
@@ -67,6 +95,25 @@ class ChunkReader:
             return False
         pad_start, pad_end = self.index.padding_after(pos)
         return all_zero(self.source.read(pad_start, pad_end))
+
+    def stored_ok_many(self, positions: list[int]) -> list[bool]:
+        """:meth:`stored_ok` of each tensor; an unmapped source is fetched
+        from once for all of them."""
+        if not self.fetching:
+            return run_all(self.stored_ok, positions)
+        idx = self.index
+        ok = [True] * len(positions)
+        fetches = []
+        for k, pos in enumerate(positions):
+            first, last = idx.chunk_range(pos)
+            for c in range(last - first):
+                start = int(idx.chunk_offsets[first + c])
+                stop = start + int(idx.chunks["stored_nbytes"][first + c])
+                fetches.append((start, stop, partial(self._note_checksum, ok, k, pos, c)))
+            pad_start, pad_end = idx.padding_after(pos)
+            fetches.append((pad_start, pad_end, partial(self._note_zeros, ok, k)))
+        self._fetch_all(fetches)
+        return ok
 
     # -- tasks ---------------------------------------------------------------
 
@@ -90,16 +137,83 @@ class ChunkReader:
                 check(chunk, int(idx.chunks["checksum"][first + c]), self._what(pos, c))
 
     def _read_compressed(self, pos, first, c, raw_offset, raw_len, codec, planes, out) -> None:
-        blob = self._stored(first + c)
+        self._decode_chunk(pos, first, c, raw_offset, raw_len, codec, planes, out, self._stored(first + c))
+
+    def _decode_chunk(self, pos, first, c, raw_offset, raw_len, codec, planes, out, blob) -> None:
         check(blob, int(self.index.chunks["checksum"][first + c]), self._what(pos, c))
         try:
             codec.decode_into(blob, out[raw_offset : raw_offset + raw_len], planes)
         except FormatError as exc:
             raise FormatError(f"{self._what(pos, c)}: {exc}") from None
 
+    # -- fetching from unmapped sources --------------------------------------------
+
+    def _fetches(self, pos: int, chunk_ids, out: np.ndarray) -> list:
+        """``(start, stop, consume)`` for the chunks: ``consume(stored bytes)``
+        checks them and puts their decoded bytes in place in ``out``."""
+        idx = self.index
+        first, last = idx.chunk_range(pos)
+        lengths = idx.chunk_raw[first:last]
+        offsets = np.cumsum(lengths) - lengths
+        codec = CODECS_BY_ID[int(idx.entries["codec"][pos])]
+        ids = np.asarray(chunk_ids, dtype=np.int64).tolist()
+        # One range per chunk: the source groups neighbours into requests of
+        # the size that suits it (see its read_many).
+        fetches = []
+        planes = int(idx.entries["planes"][pos])
+        for c in ids:
+            start = int(idx.chunk_offsets[first + c])
+            stop = start + int(idx.chunks["stored_nbytes"][first + c])
+            if codec is RAW:
+                consume = partial(self._take_raw, pos, first, c, int(offsets[c]), out)
+            else:
+                consume = partial(self._decode_chunk, pos, first, c, int(offsets[c]), int(lengths[c]), codec,
+                                  planes, out)
+            fetches.append((start, stop, consume))
+        return fetches
+
+    def _take_raw(self, pos, first, c, raw_offset, out, blob) -> None:
+        check(blob, int(self.index.chunks["checksum"][first + c]), self._what(pos, c))
+        out[raw_offset : raw_offset + len(blob)] = np.frombuffer(blob, dtype=np.uint8)
+
+    def _note_checksum(self, ok: list, k: int, pos: int, c: int, blob) -> None:
+        first, _ = self.index.chunk_range(pos)
+        try:
+            check(blob, int(self.index.chunks["checksum"][first + c]), self._what(pos, c))
+        except ChecksumError:
+            ok[k] = False
+
+    def _note_zeros(self, ok: list, k: int, blob) -> None:
+        if not all_zero(blob):
+            ok[k] = False
+
+    def _fetch_all(self, fetches: list) -> None:
+        """Fetch every ``(start, stop, consume)`` a batch at a time (in file
+        order, so neighbours share requests) and consume each in parallel."""
+        batch, size = [], 0
+        for fetch in sorted(fetches, key=lambda f: f[0]):
+            batch.append(fetch)
+            size += fetch[1] - fetch[0]
+            if size >= FETCH_BATCH_BYTES:
+                self._fetch_batch(batch)
+                batch, size = [], 0
+        if batch:
+            self._fetch_batch(batch)
+
+    def _fetch_batch(self, batch: list) -> None:
+        wanted = [(a, b) for a, b, _ in batch if b > a]
+        blobs = iter(self.source.read_many(wanted))
+        pairs = [(consume, next(blobs) if b > a else memoryview(b"")) for a, b, consume in batch]
+        run_all(_consume, pairs)
+
 
 def _call(task) -> None:
     task()
+
+
+def _consume(pair) -> None:
+    consume, blob = pair
+    consume(blob)
 
 
 def _raw_runs(ids: list[int], lengths: np.ndarray) -> list[list[int]]:

@@ -6,6 +6,9 @@ Opening reads only the index. Data is read when asked for:
   the memory-mapped file: it never copies. Of a compressed tensor it is a
   new array decoded from the tensor's chunks (each checked on decode).
 - ``ck.get_slice(name)[index]`` reads only the chunks the index touches.
+
+A checkpoint in remote storage (any fsspec URL but ``file://``) is read the
+same way, with range requests: see :class:`~lazystore.sources.fsspec.FsspecSource`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from .index import TensorInfo, check_preamble, read_index
 from .parallel import run_all
 from .reader import ChunkReader
 from .slicing import selection
-from .sources import ByteSource, LocalFile
+from .sources import ByteSource, open_source
 
 
 class CheckpointView(Mapping):
@@ -49,8 +52,11 @@ class CheckpointView(Mapping):
         self._closed = False
 
     @classmethod
-    def open(cls, path, *, verify: bool = False) -> "CheckpointView":
-        return cls(LocalFile(path), verify=verify)
+    def open(cls, path, *, verify: bool = False, storage_options=None) -> "CheckpointView":
+        """Open a local path or ``file://`` URL (memory-mapped), or any other
+        fsspec URL (read with range requests; ``storage_options`` configure
+        its filesystem)."""
+        return cls(open_source(path, storage_options), verify=verify)
 
     # -- Mapping -------------------------------------------------------------
 
@@ -124,7 +130,7 @@ class CheckpointView(Mapping):
         if keys is None:
             head = self._source.read(0, self._index.data_start)
             check_preamble(head, self._index, self.format_version)
-        ok = run_all(lambda n: self._reader.stored_ok(self._positions[n]), names)
+        ok = self._reader.stored_ok_many([self._positions[n] for n in names])
         return [n for n, good in zip(names, ok) if not good]
 
     def load(self, keys=None, *, verify: bool = False) -> dict[str, np.ndarray]:
@@ -135,13 +141,16 @@ class CheckpointView(Mapping):
         and writing to an array copies just the pages written, never
         changing the file. Compressed tensors (and every tensor from a
         source that cannot be mapped) are decoded into new arrays, in
-        parallel. ``verify`` checks raw tensors' checksums too.
+        parallel. ``verify`` checks raw tensors' checksums too (always done
+        for sources that are not mapped). From remote storage the chunks
+        of all the tensors are fetched together: neighbouring ranges merged,
+        requests sent concurrently.
         """
         self._check_open()
         names = list(self._positions) if keys is None else self._resolve(keys)
         verify = verify or self._verify_on_access
         private = None
-        outputs, tasks = {}, []
+        outputs, tasks, jobs = {}, [], []
         for name in names:
             pos = self._positions[name]
             first, last = self._index.chunk_range(pos)
@@ -156,9 +165,13 @@ class CheckpointView(Mapping):
                     outputs[name] = (np.frombuffer(private, dtype=np.uint8, count=nbytes, offset=start), pos)
                     continue
             buf = np.empty(int(self._index.entries["nbytes"][pos]), dtype=np.uint8)
-            tasks += self._reader.tasks(pos, np.arange(last - first), buf, verify)
+            jobs += self._reader.jobs(pos, np.arange(last - first), buf, verify)
             outputs[name] = (buf, pos)
-        run_all(lambda t: t(), tasks)
+        if self._reader.fetching:
+            run_all(lambda t: t(), tasks)
+            self._reader.run(jobs)
+        else:
+            run_all(lambda t: t(), tasks + jobs)  # jobs are tasks too for a mapped source
         return {n: self._as_tensor(buf, pos) for n, (buf, pos) in outputs.items()}
 
     @property

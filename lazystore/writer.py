@@ -5,27 +5,25 @@ tensor and its encoded chunks in memory; the index goes last. Everything is
 written to a hidden temporary file beside the target, fsync'd, renamed over
 the target and the folder fsync'd: a reader sees the old file or the new
 one, never a mix, and a failure or crash leaves any previous file intact.
+A save to object storage streams into the store's upload instead, which
+makes the object appear only when complete (see :mod:`lazystore.sinks`).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import threading
-import weakref
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
 
 from . import format as fmt
-from . import partials
 from .checksum import digest
 from .chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
 from .codecs import RAW, codec_for
 from .dtypes import DtypeSpec, spec_for
 from .errors import ClosedError, InvalidInputError
 from .parallel import run_all, start_all
+from .sinks import fsync_dir, open_sink  # noqa: F401 - fsync_dir is the manager's too
 
 _DEFAULT = object()
 # A compressed tensor must save at least this fraction, else it is stored raw
@@ -42,6 +40,10 @@ class Writer:
     The file appears at ``path`` only when the ``with`` block (or
     :meth:`close`) completes; an exception inside the block removes the
     temporary file and leaves any existing ``path`` untouched.
+
+    ``path`` may be an object-store URL (``s3://``, ``gs://``, ``az://``, and
+    ``memory://``), with ``storage_options`` for its fsspec filesystem: the
+    object appears when its upload completes, and an error cancels it.
     """
 
     def __init__(
@@ -53,12 +55,13 @@ class Writer:
         metadata: Mapping | None = None,
         alignment: int = fmt.DEFAULT_ALIGNMENT,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        storage_options: Mapping | None = None,
     ):
         if alignment < 8 or alignment > (1 << 30) or alignment & (alignment - 1):
             raise InvalidInputError(f"alignment must be a power of two between 8 and 2**30, got {alignment}")
         if not 16 <= chunk_bytes <= (1 << 31):
             raise InvalidInputError(f"chunk_bytes must be between 16 and 2**31, got {chunk_bytes}")
-        self.path = Path(os.fspath(path))
+        self.path = path
         self.metadata = dict(metadata) if metadata is not None else {}
         _check_user_metadata(self.metadata)
         _encode_metadata(self.metadata)  # fail now, not after writing gigabytes
@@ -75,13 +78,9 @@ class Writer:
         self._dims: list[int] = []
         self._chunk_lengths: list[int] = []
         self._chunk_checksums: list[int] = []
-        # Partial files of writers that died in this folder go first; ours is
-        # locked for as long as we write, so no other save removes it.
-        partials.remove_stale(self.path.parent)
-        self._tmp, self._file = partials.create(self.path)
-        self._flusher = _BackgroundFlush(self._file.fileno())
-        # A writer dropped without close() must not leave its temporary behind.
-        self._finalizer = weakref.finalize(self, _discard, self._file, self._flusher, self._tmp)
+        # A sink dropped unfinished (with this writer) discards what it holds.
+        self._sink = open_sink(path, storage_options)
+        self.path = getattr(self._sink, "path", path)
         self._pos = 0
         self._write(fmt.encode_preamble())
 
@@ -130,8 +129,9 @@ class Writer:
         )
 
     def close(self) -> None:
-        """Finish the file: write the index, fsync, and move it into place."""
-        if self._file.closed:
+        """Finish the file: write the index, fsync, and move it into place
+        (or complete the upload)."""
+        if self._sink.closed:
             return
         try:
             self._pad_to_alignment()
@@ -149,20 +149,14 @@ class Writer:
             self._write(index)
             trailer = fmt.Trailer(index_offset, len(index), digest(index), fmt.FORMAT_MAJOR, fmt.FORMAT_MINOR)
             self._write(fmt.encode_trailer(trailer))
-            self._file.flush()
-            self._flusher.finish()
-            os.fsync(self._file.fileno())
-            self._file.close()
-            os.replace(self._tmp, self.path)
+            self._sink.commit()
         except BaseException:
             self.abort()
             raise
-        self._finalizer.detach()
-        fsync_dir(self.path.parent)
 
     def abort(self) -> None:
         """Discard everything written; any existing target is left untouched."""
-        self._finalizer()
+        self._sink.abort()
 
     def __enter__(self) -> "Writer":
         return self
@@ -176,7 +170,7 @@ class Writer:
     # -- internals -------------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._file.closed:
+        if self._sink.closed:
             raise ClosedError(f"writer for {self.path} is closed")
 
     def _check_name(self, name) -> None:
@@ -192,44 +186,12 @@ class Writer:
             raise InvalidInputError(f"duplicate tensor name {name!r}")
 
     def _write(self, data) -> None:
-        n = self._file.write(data)
-        self._pos += n
-        self._flusher.wrote(n)
+        self._pos += self._sink.write(data)
 
     def _pad_to_alignment(self) -> None:
         pad = fmt.align_up(self._pos, self._alignment) - self._pos
         if pad:
             self._write(bytes(pad))
-
-
-class _BackgroundFlush:
-    """Start writing dirty pages to disk while the writer is still producing
-    them, so the final fsync has only the tail left: a durable save then
-    costs about max(write, disk) rather than write + disk."""
-
-    EVERY = 64 << 20
-
-    def __init__(self, fd: int):
-        self._fd = fd
-        self._pending = 0
-        self._thread: threading.Thread | None = None
-
-    def wrote(self, n: int) -> None:
-        self._pending += n
-        if self._pending >= self.EVERY and not (self._thread and self._thread.is_alive()):
-            self._pending = 0
-            self._thread = threading.Thread(target=self._sync, daemon=True, name="lazystore-flush")
-            self._thread.start()
-
-    def _sync(self) -> None:
-        try:
-            os.fdatasync(self._fd)
-        except OSError:
-            pass  # the final fsync in close() reports real errors
-
-    def finish(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
 
 
 def save(
@@ -285,18 +247,3 @@ def _chunk_records(lengths: list[int], checksums: list[int]) -> np.ndarray:
     records["stored_nbytes"] = np.array(lengths, dtype=np.uint64)
     records["checksum"] = np.array(checksums, dtype=np.uint64)
     return records
-
-
-def _discard(file, flusher: _BackgroundFlush, tmp: Path) -> None:
-    flusher.finish()  # never close the file under a running fdatasync
-    file.close()
-    tmp.unlink(missing_ok=True)
-
-
-def fsync_dir(folder: Path) -> None:
-    """Make the rename durable: fsync the folder that holds the new entry."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -21,6 +21,8 @@ REFERENCES = {
     "ref_torch_save", "ref_torch_load", "ref_torch_load_mmap", "ref_npz_save", "ref_npz_load",
     "ref_rss_baseline", "ref_minilm_fp32_grouped", "ref_minilm_bf16_grouped",
 }
+# Loading 1 of 32 layers over loopback HTTP against downloading the whole file.
+REMOTE = {f"remote_{v}_{what}" for v in ("raw", "zstd") for what in ("bytes", "requests", "time")}
 
 
 def _positive(x) -> bool:
@@ -40,7 +42,7 @@ def test_quick_benchmark_run(tmp_path):
     assert report["mode"] == "quick"
     assert report["machine"]["cores"] and report["machine"]["versions"]["numpy"]
     rows = {r["name"]: r for r in report["results"]}
-    assert TARGETS | REFERENCES <= set(rows), sorted((TARGETS | REFERENCES) - set(rows))
+    assert TARGETS | REFERENCES | REMOTE <= set(rows), sorted((TARGETS | REFERENCES | REMOTE) - set(rows))
 
     for name in TARGETS:
         r = rows[name]
@@ -49,6 +51,12 @@ def test_quick_benchmark_run(tmp_path):
             assert _positive(r[key]), (name, key, r[key])
     for r in rows.values():
         assert _positive(r["ours"]), (r["name"], r["ours"])
+    for name in REMOTE:
+        r = rows[name]
+        assert r["target"] is None and r["group"] == "remote" and _positive(r["anchor"]), r
+    for v in ("raw", "zstd"):  # one layer of 32: a small share of the file
+        assert rows[f"remote_{v}_bytes"]["ratio"] < 0.1
+    assert "| remote read over loopback HTTP" in run.stdout
 
     png = out / "benchmarks.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

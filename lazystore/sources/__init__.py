@@ -1,10 +1,53 @@
 """Where a checkpoint's bytes come from.
 
 A source needs only ``size`` and ``read_into(offset, out)``; a local file
-also offers its memory map so raw tensors become zero-copy views.
+also offers its memory map so raw tensors become zero-copy views, and a
+remote object (:class:`FsspecSource`) fetches many ranges at once with
+``read_many``.
+
+:func:`open_source` picks the source for a path or URL: local paths and
+``file://`` URLs are memory-mapped files; any other fsspec URL (``s3://``,
+``gs://``, ``http(s)://``, ``memory://``, ...) is read remotely.
 """
+
+from __future__ import annotations
+
+import os
+import re
 
 from .base import ByteSource
 from .local import LocalFile
 
-__all__ = ["ByteSource", "LocalFile"]
+# "scheme://..." or a chained fsspec URL ("simplecache::s3://...").
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*(://|::)")
+
+
+def is_url(path) -> bool:
+    """A URL rather than a local path (only str paths can be URLs)."""
+    return isinstance(path, str) and _URL.match(path) is not None
+
+
+def local_path(path):
+    """The local path of ``path`` if it names a local file (a path, or a
+    ``file://`` URL), else None."""
+    if not is_url(path):
+        return os.fspath(path)
+    if path.startswith("file://"):
+        rest = path[len("file://"):]
+        return rest[len("localhost"):] if rest.startswith("localhost/") else rest
+    return None
+
+
+def open_source(path, storage_options=None) -> ByteSource:
+    """The source of a local path or ``file://`` URL (memory-mapped), or of any
+    other fsspec URL (range requests; needs ``lazystore[remote]``).
+    ``storage_options`` go to the fsspec filesystem; local paths ignore them."""
+    local = local_path(path)
+    if local is not None:
+        return LocalFile(local)
+    from .fsspec import FsspecSource
+
+    return FsspecSource(path, storage_options)
+
+
+__all__ = ["ByteSource", "LocalFile", "is_url", "local_path", "open_source"]

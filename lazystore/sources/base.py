@@ -23,6 +23,14 @@ class ByteSource:
         self.read_into(start, out)
         return memoryview(out)
 
+    def read_many(self, ranges) -> list:
+        """The bytes of each ``(start, stop)`` range, in the order given.
+
+        A remote source overrides this to merge nearby ranges and fetch them
+        concurrently; here it is one ``read`` after another.
+        """
+        return [self.read(start, stop) for start, stop in ranges]
+
     def mapped(self) -> memoryview | None:
         """The whole source as a read-only memoryview, when it is mapped."""
         return None
