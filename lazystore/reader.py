@@ -62,20 +62,24 @@ class ChunkReader:
 
         Compressed chunks are always checked against their checksum; raw ones
         only when ``verify_raw``."""
-        idx = self.index
-        first, last = idx.chunk_range(pos)
-        lengths = idx.chunk_raw[first:last]
-        offsets = np.cumsum(lengths) - lengths
-        codec = CODECS_BY_ID[int(idx.entries["codec"][pos])]
+        first, lengths, offsets, codec, planes = self._layout(pos)
         ids = np.asarray(chunk_ids, dtype=np.int64).tolist()
         if codec is RAW:
             runs = _raw_runs(ids, lengths)
             return [partial(self._read_raw, pos, first, run, offsets, out, verify_raw) for run in runs]
-        planes = int(idx.entries["planes"][pos])
         return [
             partial(self._read_compressed, pos, first, c, int(offsets[c]), int(lengths[c]), codec, planes, out)
             for c in ids
         ]
+
+    def _layout(self, pos: int):
+        """A tensor's first chunk id, its chunks' decoded lengths and offsets
+        within the tensor, its codec and byte-plane count."""
+        idx = self.index
+        first, last = idx.chunk_range(pos)
+        lengths = idx.chunk_raw[first:last]
+        offsets = np.cumsum(lengths) - lengths
+        return first, lengths, offsets, CODECS_BY_ID[int(idx.entries["codec"][pos])], int(idx.entries["planes"][pos])
 
     def fill(self, pos: int, chunk_ids, out: np.ndarray, verify_raw: bool) -> None:
         self.run(self.jobs(pos, chunk_ids, out, verify_raw))
@@ -152,16 +156,11 @@ class ChunkReader:
         """``(start, stop, consume)`` for the chunks: ``consume(stored bytes)``
         checks them and puts their decoded bytes in place in ``out``."""
         idx = self.index
-        first, last = idx.chunk_range(pos)
-        lengths = idx.chunk_raw[first:last]
-        offsets = np.cumsum(lengths) - lengths
-        codec = CODECS_BY_ID[int(idx.entries["codec"][pos])]
-        ids = np.asarray(chunk_ids, dtype=np.int64).tolist()
+        first, lengths, offsets, codec, planes = self._layout(pos)
         # One range per chunk: the source groups neighbours into requests of
         # the size that suits it (see its read_many).
         fetches = []
-        planes = int(idx.entries["planes"][pos])
-        for c in ids:
+        for c in np.asarray(chunk_ids, dtype=np.int64).tolist():
             start = int(idx.chunk_offsets[first + c])
             stop = start + int(idx.chunks["stored_nbytes"][first + c])
             if codec is RAW:
