@@ -460,5 +460,109 @@ def remote(ctx: Context) -> list[Result]:
     return rows
 
 
+DCP_LAYERS = 8  # at most: 256 MiB of float32 in 48 tensors (quick mode: the run's own layers)
+
+
+def _du(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.iterdir())
+
+
+def dcp(ctx: Context) -> list[Result]:
+    """torch.distributed.checkpoint with lazystore's storage (lazystore.dcp)
+    against DCP's FileSystemWriter/Reader, on one state dict in one process
+    (no_dist=True): save, load, size on disk, bytes read to load one tensor."""
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as tdcp
+
+    import lazystore as ls
+    from lazystore.dcp import LazyStoreReader, LazyStoreWriter, rank_file
+    from lazystore.rangeserver import RangeServer
+
+    warnings.filterwarnings("ignore", module="torch.distributed")
+    tensors = workloads.checkpoint(min(ctx.scale.layers, DCP_LAYERS), seed=5)
+    state = {k: torch.from_numpy(v) for k, v in tensors.items()}
+    state["step"] = 1000
+    n = workloads.nbytes(tensors)
+    root = ctx.files.scratch("dcp")
+    dirs = {"lazystore": root / "lzy", "lazystore zstd": root / "zstd", "FileSystemWriter": root / "fs"}
+    writers = {"lazystore": lambda p: LazyStoreWriter(p), "lazystore zstd": lambda p: LazyStoreWriter(p, compression="zstd"),
+               "FileSystemWriter": lambda p: tdcp.FileSystemWriter(p)}
+    readers = {"lazystore": LazyStoreReader, "lazystore zstd": LazyStoreReader,
+               "FileSystemWriter": tdcp.FileSystemReader}
+
+    def clean() -> None:
+        for d in dirs.values():
+            if d.exists():
+                for p in d.iterdir():
+                    p.unlink()
+        os.sync()
+
+    def saver(label):
+        return lambda: tdcp.save(state, storage_writer=writers[label](dirs[label]), no_dist=True)
+
+    t_save = compare({label: saver(label) for label in dirs}, reps=ctx.scale.reps, setup=clean)
+    for label in dirs:  # leave one of each for the load
+        saver(label)()
+    sizes = {label: _du(d) for label, d in dirs.items()}
+
+    def loader(label, keys=None):
+        def run():
+            target = {k: torch.empty_like(v) for k, v in state.items() if k != "step" and (keys is None or k in keys)}
+            if keys is None:
+                target["step"] = 0
+            tdcp.load(target, storage_reader=readers[label](dirs[label]), no_dist=True)
+            return target
+        return run
+
+    check = loader("lazystore zstd")()
+    assert all(torch.equal(check[k], state[k]) for k in tensors) and check["step"] == 1000
+    del check
+    t_load = compare({label: loader(label) for label in dirs}, reps=ctx.scale.reps)
+
+    # Bytes read to load one tensor: lazystore's files served over loopback HTTP,
+    # counted by the server; FileSystemReader reads .metadata and the whole item
+    # (torch.load of its byte range), read from its own metadata.
+    one = "layers.0.mlp.up" if "layers.0.mlp.up" in tensors else next(iter(tensors))
+    fs_md = tdcp.FileSystemReader(dirs["FileSystemWriter"]).read_metadata()
+    fs_item = next(v for k, v in fs_md.storage_data.items() if k.fqn == one)
+    fs_bytes = (dirs["FileSystemWriter"] / ".metadata").stat().st_size + fs_item.length
+    served = {}
+    tags = {"lazystore": "raw", "lazystore zstd": "zstd"}
+    files = {f"{tag}/{p.name}": p.read_bytes() for label, tag in tags.items() for p in dirs[label].iterdir()}
+    with RangeServer(files) as server:
+        for label, tag in tags.items():
+            target = {one: torch.empty_like(state[one])}
+            server.clear()
+            tdcp.load(target, storage_reader=LazyStoreReader(server.url(tag)), no_dist=True)
+            assert torch.equal(target[one], state[one])
+            served[label] = server.bytes_served
+    with ls.open(dirs["lazystore"] / rank_file(0)) as ck:
+        one_nbytes = ck.info(next(k for k in ck if k.startswith(one + "["))).nbytes
+    clean()
+
+    size, common = size_label(n), dict(anchor_label="FileSystemWriter/Reader", group="dcp")
+    rows = []
+    for label in ("lazystore", "lazystore zstd"):
+        tag = "raw" if label == "lazystore" else "zstd"
+        rows += [
+            Result(f"dcp_save_{tag}", f"dcp.save {size}, {tag}", t_save[label].median, t_save["FileSystemWriter"].median,
+                   "s", t_save[label].median / t_save["FileSystemWriter"].median, None, "time", nbytes=n,
+                   samples={k: list(t_save[k].samples) for k in (label, "FileSystemWriter")}, **common),
+            Result(f"dcp_load_{tag}", f"dcp.load {size}, {tag}", t_load[label].median, t_load["FileSystemWriter"].median,
+                   "s", t_load[label].median / t_load["FileSystemWriter"].median, None, "time", nbytes=n,
+                   samples={k: list(t_load[k].samples) for k in (label, "FileSystemWriter")}, **common),
+            Result(f"dcp_size_{tag}", f"size on disk, {tag}", sizes[label] / MiB, sizes["FileSystemWriter"] / MiB,
+                   "MiB", sizes[label] / sizes["FileSystemWriter"], None, "size",
+                   note=f"{sizes[label]:,} bytes vs {sizes['FileSystemWriter']:,}", **common),
+            Result(f"dcp_one_bytes_{tag}", f"bytes read: dcp.load of one {size_label(one_nbytes)} tensor, {tag}",
+                   served[label] / MiB, fs_bytes / MiB, "MiB", served[label] / fs_bytes, None, "size",
+                   note=f"{served[label]:,} bytes (counted by the server) vs {fs_bytes:,} "
+                        "(.metadata + the whole item)", **common),
+        ]
+    return rows
+
+
 # Run order = the issue's order; memcpy right after load, which reads the bytes it copies.
-MEASURES = (save, load, memcpy, read_one, open_many, verify, zstd_load, peak_rss, minilm, remote)
+MEASURES = (save, load, memcpy, read_one, open_many, verify, zstd_load, peak_rss, minilm, remote, dcp)

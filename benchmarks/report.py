@@ -56,8 +56,9 @@ def _grid(header: list[str], rows: list[list[str]]) -> str:
 def table(results: list[Result]) -> str:
     """The targets (lazystore vs anchor, same run), then the informational rows."""
     targets = [r for r in results if r.target is not None]
-    others = [r for r in results if r.target is None and r.group != "remote"]
+    others = [r for r in results if r.target is None and r.group not in ("remote", "dcp")]
     remote = [r for r in results if r.group == "remote"]
+    dcp = [r for r in results if r.group == "dcp"]
     main = _grid(
         ["measure", "lazystore", "anchor", "ratio", "target", "result"],
         [[f"{r.title} (vs {r.anchor_label})", figure(r, r.ours), figure(r, r.anchor),
@@ -74,7 +75,16 @@ def table(results: list[Result]) -> str:
     text = f"{main}\n\n{summary}\n\n{notes}\n\n{ref}\n"
     if remote:
         text += "\n" + remote_table(remote) + "\n"
+    if dcp:
+        text += "\n" + dcp_table(dcp) + "\n"
     return text
+
+
+def dcp_table(rows: list[Result]) -> str:
+    """torch.distributed.checkpoint (no target): lazystore.dcp against FileSystemWriter/Reader."""
+    return _grid(["distributed checkpoint, dcp (no target)", "lazystore", "FileSystemWriter/Reader", "ratio"],
+                 [[r.title, figure(r, r.ours), figure(r, r.anchor), f"{r.ratio:.3f}" if r.ratio is not None else ""]
+                  for r in rows])
 
 
 def remote_table(rows: list[Result]) -> str:

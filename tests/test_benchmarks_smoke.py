@@ -23,6 +23,8 @@ REFERENCES = {
 }
 # Loading 1 of 32 layers over loopback HTTP against downloading the whole file.
 REMOTE = {f"remote_{v}_{what}" for v in ("raw", "zstd") for what in ("bytes", "requests", "time")}
+# torch.distributed.checkpoint through lazystore.dcp against FileSystemWriter/Reader.
+DCP = {f"dcp_{what}_{v}" for v in ("raw", "zstd") for what in ("save", "load", "size", "one_bytes")}
 
 
 def _positive(x) -> bool:
@@ -42,7 +44,7 @@ def test_quick_benchmark_run(tmp_path):
     assert report["mode"] == "quick"
     assert report["machine"]["cores"] and report["machine"]["versions"]["numpy"]
     rows = {r["name"]: r for r in report["results"]}
-    assert TARGETS | REFERENCES | REMOTE <= set(rows), sorted((TARGETS | REFERENCES | REMOTE) - set(rows))
+    assert TARGETS | REFERENCES | REMOTE | DCP <= set(rows), sorted((TARGETS | REFERENCES | REMOTE | DCP) - set(rows))
 
     for name in TARGETS:
         r = rows[name]
@@ -57,6 +59,10 @@ def test_quick_benchmark_run(tmp_path):
     for v in ("raw", "zstd"):  # one layer of 32: a small share of the file
         assert rows[f"remote_{v}_bytes"]["ratio"] < 0.1
     assert "| remote read over loopback HTTP" in run.stdout
+    for name in DCP:
+        r = rows[name]
+        assert r["target"] is None and r["group"] == "dcp" and _positive(r["anchor"]), r
+    assert "| distributed checkpoint, dcp" in run.stdout
 
     png = out / "benchmarks.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,292 @@
+"""lazystore as a torch.distributed.checkpoint storage backend (lazystore.dcp).
+
+The 2-rank run (tests/dcp_worker.py: gloo on 127.0.0.1, two processes started
+here) saves DTensors -- Shard(0), Shard(1), Replicate(), a bf16 tensor -- and
+non-tensor items raw, with zstd and with dcp.async_save, and loads them back on
+the same 2 ranks, also resharded. The tests below then load those checkpoints
+in this single process (no_dist=True) into full tensors, bit-exactly.
+"""
+
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dcp = pytest.importorskip("torch.distributed.checkpoint")
+
+from torch.distributed.checkpoint.api import CheckpointException
+
+import lazystore as ls
+from lazystore import dcp_metadata
+from lazystore.dcp import METADATA_FILE, LazyStoreReader, LazyStoreWriter, rank_file
+
+WORKER = Path(__file__).with_name("dcp_worker.py")
+_spec = importlib.util.spec_from_file_location("dcp_worker", WORKER)
+worker = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(worker)
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dcp2")
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(port), str(out)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
+    logs = []
+    for p in procs:
+        try:
+            logs.append(p.communicate(timeout=120)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+    for rank, (p, log) in enumerate(zip(procs, logs)):
+        assert p.returncode == 0, f"rank {rank} failed:\n{log[-4000:]}"
+    return out
+
+
+def _bits(t):
+    return worker.bits(t)
+
+
+def _empty_state():
+    full = worker.full_tensors()
+    sd = {k: torch.zeros_like(v) for k, v in full.items()}
+    sd["step"] = 0
+    sd["extra"] = {"lr": 0.0, "betas": [0.0, 0.0], "name": ""}
+    return sd
+
+
+def _load_no_dist(path, **reader_options):
+    sd = _empty_state()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.load(sd, storage_reader=LazyStoreReader(path, **reader_options), no_dist=True)
+    return sd
+
+
+def test_two_ranks_save_and_load_on_the_same_two_ranks(saved):
+    # The worker asserted every value (and the resharded loads) on both ranks.
+    assert (saved / "ok-0").exists() and (saved / "ok-1").exists()
+
+
+@pytest.mark.parametrize("name", ["raw", "zstd", "async"])
+def test_single_process_loads_full_tensors_bit_exactly(saved, name):
+    sd = _load_no_dist(saved / name)
+    full = worker.full_tensors()
+    for k, want in full.items():
+        assert sd[k].dtype == want.dtype and sd[k].shape == want.shape
+        assert torch.equal(_bits(sd[k]), _bits(want)), k
+    assert sd["step"] == worker.STEP
+    assert sd["extra"] == worker.EXTRA
+
+
+@pytest.mark.parametrize("name", ["raw", "zstd", "async"])
+def test_folder_holds_only_lazystore_files_that_verify(saved, name):
+    files = sorted(os.listdir(saved / name))
+    assert files == [METADATA_FILE, rank_file(0), rank_file(1)]
+    for f in files:
+        with ls.open(saved / name / f) as ck:
+            assert ck.verify() == []
+    with ls.open(saved / name / rank_file(0)) as ck:
+        assert "model.w0[0,0]" in ck and ck["model.w0[0,0]"].shape == (34, 48)
+        compressed = {ck.info(n).compression for n in ck}
+        assert compressed == ({None} if name == "raw" else {"zstd"})
+    with ls.open(saved / name / METADATA_FILE) as ck:
+        assert len(ck) == 0
+        doc = ck.system_metadata[dcp_metadata.DCP_KEY]
+    assert doc["format"] == "lazystore-dcp"
+    assert doc["state_dict"]["model.emb"]["dtype"] == "bfloat16"
+    assert doc["state_dict"]["step"] == {"type": "bytes"}
+    json.dumps(doc)  # plain JSON: nothing pickled
+
+
+def test_metadata_round_trips_through_json(saved):
+    reader = LazyStoreReader(saved / "zstd")
+    md = reader.read_metadata()
+    doc = dcp_metadata.encode(md, reader.save_id)
+    again, save_id = dcp_metadata.decode(json.loads(json.dumps(doc)))
+    assert save_id == reader.save_id
+    assert again.state_dict_metadata == md.state_dict_metadata
+    assert again.storage_data == md.storage_data
+    assert again.planner_data == md.planner_data and isinstance(again.planner_data["extra.betas"], tuple)
+    chunks = md.state_dict_metadata["model.w1"].chunks
+    assert sorted(tuple(c.offsets) for c in chunks) == [(0, 0), (0, 45)]
+
+
+@pytest.mark.parametrize("tamper", [
+    lambda d: d.update(format="pickle"),
+    lambda d: d.update(version=True),
+    lambda d: d["state_dict"]["model.w0"].update(dtype="object"),
+    lambda d: d["state_dict"]["model.w0"].update(size=[1, -3]),
+    lambda d: d["state_dict"]["model.w0"]["chunks"][0].update(sizes=[999, 48]),
+    lambda d: d["state_dict"]["model.w0"].update(evil=1),
+    lambda d: d["storage"][0].update(file="../../etc/passwd"),
+    lambda d: d["storage"][0].update(fqn="nope"),
+    lambda d: d["storage"].append(dict(d["storage"][0])),
+    lambda d: d.update(planner_data={"kind": "paths", "value": {"a": [1.5]}}),
+    lambda d: d.update(planner_data={"kind": "pickle", "value": "gASV"}),
+    lambda d: d.update(storage_meta={"checkpoint_id": 3, "save_id": None, "modules": []}),
+])
+def test_decoder_is_strict(saved, tamper):
+    with ls.open(saved / "raw" / METADATA_FILE) as ck:
+        doc = json.loads(json.dumps(ck.system_metadata[dcp_metadata.DCP_KEY]))
+    tamper(doc)
+    with pytest.raises(ls.FormatError):
+        dcp_metadata.decode(doc)
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+def _failure(exc_info):
+    (error, _trace), = exc_info.value.failures.values()
+    return error
+
+
+def test_corrupt_compressed_rank_file_fails_the_load(saved, tmp_path):
+    ckpt = tmp_path / "ck"
+    shutil.copytree(saved / "zstd", ckpt)
+    with ls.open(ckpt / rank_file(1)) as ck:
+        info = ck.info("model.w0[34,0]")
+    _flip(ckpt / rank_file(1), info.offset + info.stored_nbytes // 2)
+    with ls.open(ckpt / rank_file(1)) as ck:
+        assert ck.verify() == ["model.w0[34,0]"]
+    with pytest.raises(CheckpointException) as exc_info:
+        _load_no_dist(ckpt)
+    assert isinstance(_failure(exc_info), ls.ChecksumError)
+
+
+def test_corrupt_raw_rank_file_is_caught_with_verify(saved, tmp_path):
+    ckpt = tmp_path / "ck"
+    shutil.copytree(saved / "raw", ckpt)
+    with ls.open(ckpt / rank_file(0)) as ck:
+        info = ck.info("model.emb[0,0]")
+    _flip(ckpt / rank_file(0), info.offset + 5)
+    with ls.open(ckpt / rank_file(0)) as ck:
+        assert ck.verify() == ["model.emb[0,0]"]
+    with pytest.raises(CheckpointException) as exc_info:
+        _load_no_dist(ckpt, verify=True)
+    assert isinstance(_failure(exc_info), ls.ChecksumError)
+
+
+def test_rank_file_from_another_save_is_refused(saved, tmp_path):
+    ckpt = tmp_path / "ck"
+    shutil.copytree(saved / "zstd", ckpt)
+    shutil.copy(saved / "async" / rank_file(1), ckpt / rank_file(1))  # same items, other save
+    with pytest.raises(CheckpointException) as exc_info:
+        _load_no_dist(ckpt)
+    assert isinstance(_failure(exc_info), ls.FormatError)
+    assert "another save" in str(_failure(exc_info))
+
+
+def test_missing_checkpoint(tmp_path):
+    with pytest.raises(ls.CheckpointNotFoundError):
+        LazyStoreReader(tmp_path / "nothing").read_metadata()
+
+
+class _Planner:
+    """The two calls read_data makes for a tensor item, recording what it got."""
+
+    def __init__(self, shape):
+        self.target = torch.zeros(shape)
+
+    def resolve_tensor(self, req):
+        return self.target
+
+    def commit_tensor(self, req, tensor):
+        self.committed = tensor
+
+
+def test_reads_only_the_chunks_a_shard_needs(saved, tmp_path):
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+    from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
+
+    ckpt = tmp_path / "ck"
+    shutil.copytree(saved / "zstd", ckpt)
+    reader = LazyStoreReader(ckpt)
+    md = reader.read_metadata()
+    reader.set_up_storage_reader(md, True)
+    key = "model.w0[0,0]"  # rows 0-33 of w0, zstd in 7 chunks of ~5 rows
+    with ls.open(ckpt / rank_file(0)) as ck:
+        info = ck.info(key)
+    _flip(ckpt / rank_file(0), info.offset + info.stored_nbytes - 3)  # damage the last chunk only
+    index = MetadataIndex("model.w0", [0, 0])
+    req = ReadItem(type=LoadItemType.TENSOR, dest_index=index, dest_offsets=torch.Size([0, 0]),
+                   storage_index=index, storage_offsets=torch.Size([2, 0]), lengths=torch.Size([3, 48]))
+    planner = _Planner((3, 48))
+    reader.read_data(LoadPlan([req]), planner).wait()  # never touches the damaged chunk
+    assert torch.equal(planner.committed, worker.full_tensors()["model.w0"][2:5])
+    tail = ReadItem(type=LoadItemType.TENSOR, dest_index=index, dest_offsets=torch.Size([0, 0]),
+                    storage_index=index, storage_offsets=torch.Size([31, 0]), lengths=torch.Size([3, 48]))
+    with pytest.raises(ls.ChecksumError):
+        reader.read_data(LoadPlan([tail]), _Planner((3, 48)))
+
+
+def _small_state():
+    return {"w": torch.arange(24, dtype=torch.float32).reshape(4, 6), "b": torch.ones(3, dtype=torch.bfloat16),
+            "epoch": 3}
+
+
+def test_single_process_save_overwrite_and_url(tmp_path):
+    sd = _small_state()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for path in (tmp_path / "local", "memory://lazystore-dcp-test/ck"):
+            dcp.save(sd, storage_writer=LazyStoreWriter(path, compression="zstd"), no_dist=True)
+            dcp.save(sd, storage_writer=LazyStoreWriter(path), no_dist=True)  # overwrites
+            out = {"w": torch.zeros(4, 6), "b": torch.zeros(3, dtype=torch.bfloat16), "epoch": 0}
+            dcp.load(out, storage_reader=LazyStoreReader(path), no_dist=True)
+            assert torch.equal(out["w"], sd["w"]) and torch.equal(out["b"], sd["b"]) and out["epoch"] == 3
+        with pytest.raises(CheckpointException) as exc_info:
+            dcp.save(sd, storage_writer=LazyStoreWriter(tmp_path / "local", overwrite=False), no_dist=True)
+    assert isinstance(_failure(exc_info), ls.InvalidInputError)
+
+
+def test_protocol_surface():
+    from torch.distributed.checkpoint import StorageReader, StorageWriter
+
+    assert issubclass(LazyStoreWriter, StorageWriter) and issubclass(LazyStoreReader, StorageReader)
+    assert LazyStoreWriter.validate_checkpoint_id("ckpt") and LazyStoreReader.validate_checkpoint_id(Path("c"))
+    assert not LazyStoreReader.validate_checkpoint_id(3)
+    w = LazyStoreWriter("a")
+    w.reset("b")
+    assert w.storage_meta().checkpoint_id == "b"
+    with pytest.raises(ls.LazyStoreError):
+        LazyStoreWriter("a", compression="lzma")
+
+
+def test_import_lazystore_does_not_import_torch():
+    code = "import sys, lazystore; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_save_without_collectives_writes_rank_metadata(tmp_path):
+    sd = _small_state()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(sd, storage_writer=LazyStoreWriter(tmp_path), no_dist=True, use_collectives=False)
+        assert sorted(os.listdir(tmp_path)) == ["metadata-rank-00000.lzy", rank_file(0)]
+        out = {"w": torch.zeros(4, 6), "b": torch.zeros(3, dtype=torch.bfloat16), "epoch": 0}
+        dcp.load(out, storage_reader=LazyStoreReader(tmp_path), no_dist=True)
+    assert torch.equal(out["w"], sd["w"]) and out["epoch"] == 3
