@@ -17,6 +17,7 @@ from .errors import (
     TensorNotFoundError,
     UnsupportedDtypeError,
     UnsupportedVersionError,
+    VerificationUnavailableError,
 )
 from .format import FORMAT_MAJOR, FORMAT_MINOR
 from .index import TensorInfo
@@ -47,6 +48,7 @@ __all__ = [
     "TensorSlice",
     "UnsupportedDtypeError",
     "UnsupportedVersionError",
+    "VerificationUnavailableError",
     "Writer",
     "ZstdPlanes",
     "__version__",

@@ -9,16 +9,24 @@ URLs are memory-mapped; remote checkpoints are read with range requests.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
-from . import tree
+from . import formats, tree
 from .adapters import torch as torch_adapter
 from .view import CheckpointView
+from .sharded import ShardedWriter
 from .writer import Writer
 
 
 def open(path, *, verify: bool = False, storage_options: Mapping | None = None) -> CheckpointView:  # noqa: A001
     """Open a checkpoint lazily: only the index is read (from a URL: at most
     two small requests, the object's size and its tail).
+
+    The format is told by content, not by extension: a lazystore file, a
+    safetensors file (a zero-copy view, as lazystore files are; see
+    docs/interop.md), or a local folder of shards (lazystore's, or a
+    Hugging Face folder with ``model.safetensors.index.json``), which opens
+    as one view over all its shards.
 
     The view maps tensor names to numpy arrays. For nested state saved with
     :func:`save` the names are the tensor leaves' paths joined with "/"
@@ -32,11 +40,12 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None) 
     ``{"key": ..., "secret": ..., "client_kwargs": {"endpoint_url": ...}}``
     for s3fs); local paths ignore them.
     """
-    return CheckpointView.open(path, verify=verify, storage_options=storage_options)
+    return formats.open_view(path, verify=verify, storage_options=storage_options)
 
 
 def save(obj, path, *, compression=None, compression_level: int | None = None,
-         metadata: Mapping | None = None, storage_options: Mapping | None = None, **writer_options) -> None:
+         metadata: Mapping | None = None, storage_options: Mapping | None = None,
+         max_shard_size: int | None = None, **writer_options) -> None:
     """Write a checkpoint atomically: a flat mapping of names to arrays, or any
     nested training state.
 
@@ -53,18 +62,33 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     failed save cancels the upload. HTTP(S) URLs are read-only.
 
     ``writer_options`` are :class:`Writer`'s (``alignment``, ``chunk_bytes``).
+
+    With ``max_shard_size`` (bytes), ``path`` is a local folder: the tensors
+    go into shards ``model-00001-of-0000N.lzy`` of at most that size (a
+    bigger tensor gets a shard of its own) plus ``lazystore.index.json``,
+    which :func:`open` and :func:`load` read as one checkpoint. See
+    docs/format.md, "Sharded folders".
     """
+    if max_shard_size is not None:
+        if storage_options is not None:
+            from .errors import InvalidInputError
+
+            raise InvalidInputError("sharded saves go to a local folder, not a URL")
+        writer = partial(ShardedWriter, max_shard_size=max_shard_size)
+    else:
+        writer = partial(Writer, storage_options=storage_options)
     _save(obj, path, compression=compression, compression_level=compression_level,
-          metadata=metadata, storage_options=storage_options, **writer_options)
+          metadata=metadata, writer=writer, **writer_options)
 
 
-def _save(obj, path, *, system_metadata: Mapping | None = None, **writer_options) -> None:
-    """:func:`save`, plus reserved metadata entries for lazystore's own layers."""
+def _save(obj, path, *, system_metadata: Mapping | None = None, writer=Writer, **writer_options) -> None:
+    """:func:`save`, plus reserved metadata entries for lazystore's own layers
+    (and the writer to use: a file's, or a sharded folder's)."""
     if tree.is_flat(obj):
         structure, leaves = None, obj
     else:
         structure, leaves = tree.flatten(obj)  # checks everything before a byte is written
-    with Writer(path, **writer_options) as w:
+    with writer(path, **writer_options) as w:
         if structure is not None:
             w.system_metadata[tree.TREE_KEY] = structure
         w.system_metadata.update(system_metadata or {})

@@ -26,6 +26,9 @@ import numpy as np
 
 import lazystore as ls
 
+from .formats import archives
+from .formats.safetensors import SafetensorsWriter
+from .sharded import ShardedWriter
 from .tree import TREE_KEY
 
 PROG = "lazystore"
@@ -211,13 +214,17 @@ def about(path):
 
 
 def open_input(path, *, verify: bool = False) -> ls.CheckpointView:
-    """Open any checkpoint :func:`lazystore.open` reads.
+    """Open any checkpoint :func:`lazystore.open` reads (lazystore, safetensors,
+    sharded folders), or a torch zip / ``.npz`` archive (read through
+    ``torch.load(weights_only=True)`` / ``allow_pickle=False`` only).
 
     Commands that copy or compare data pass ``verify=True``: raw tensors are
     checked against their checksums as they are read, so corrupt bytes stop
     the command instead of being copied into a new file (with fresh checksums)
     or reported as a value difference."""
     with about(path):
+        if archives.archive_format(path) is not None:
+            return archives.open_archive(path)
         return ls.open(path, verify=verify)
 
 
@@ -244,13 +251,30 @@ def output_format(dst) -> str:
 
 def _open_lazystore(dst, *, metadata, system_metadata, compression_level, max_shard_size):
     if max_shard_size is not None:
-        raise CliError("sharded output is not supported yet (--max-shard-size)")
+        return _open_folder(dst, metadata=metadata, system_metadata=system_metadata,
+                            compression_level=compression_level, max_shard_size=max_shard_size)
     w = ls.Writer(dst, compression_level=compression_level, metadata=metadata)
     w.system_metadata.update(system_metadata)
     return w
 
 
-OUTPUTS: dict[str, Callable] = {"lazystore": _open_lazystore}
+def _open_folder(dst, *, metadata, system_metadata, compression_level, max_shard_size):
+    w = ShardedWriter(dst, max_shard_size=max_shard_size, compression_level=compression_level, metadata=metadata)
+    w.system_metadata.update(system_metadata)
+    return w
+
+
+def _open_safetensors(dst, *, metadata, system_metadata, compression_level, max_shard_size):
+    if max_shard_size is not None:
+        raise CliError("--max-shard-size writes a lazystore sharded folder; sharded safetensors output "
+                       "is not supported")
+    w = SafetensorsWriter(dst, metadata=metadata)
+    w.system_metadata.update(system_metadata)
+    return w
+
+
+OUTPUTS: dict[str, Callable] = {"lazystore": _open_lazystore, "folder": _open_folder,
+                                "safetensors": _open_safetensors}
 
 
 def open_output(dst, *, metadata: Mapping, system_metadata: Mapping,
@@ -303,7 +327,6 @@ def cmd_info(args) -> int:
             dtypes[dtype_name(i.dtype)] = dtypes.get(dtype_name(i.dtype), 0) + 1
         summary = {
             "path": os.fspath(args.path),
-            # Views of other formats, once ls.open reads them, may name theirs.
             "format": getattr(ck, "format", "lazystore"),
             "format_version": ".".join(str(v) for v in ck.format_version),
             "tensors": len(infos),
@@ -322,7 +345,7 @@ def cmd_info(args) -> int:
     r = summary["compression_ratio"]
     rows = [
         ("path", summary["path"]),
-        ("format", f"{summary['format']} {summary['format_version']}"),
+        ("format", f"{summary['format']} {summary['format_version']}".strip()),
         ("tensors", str(len(infos))),
         ("total size", f"{human_size(nbytes)} ({nbytes:,} bytes)"),
         ("stored size", f"{human_size(stored)} ({stored:,} bytes)"),
@@ -418,6 +441,9 @@ def cmd_convert(args) -> int:
 
 def _stored_size(path) -> str:
     try:
+        if os.path.isdir(path):
+            size = sum(e.stat().st_size for e in os.scandir(path) if e.is_file())
+            return f"{human_size(size)} on disk"
         return f"{human_size(os.path.getsize(path))} on disk"
     except OSError:
         return "written"
@@ -663,13 +689,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("convert", help="convert a checkpoint (re-encode with or without compression)",
                        description="Copy SRC to DST one tensor at a time, keeping metadata and any "
-                                   "nested training state. The output format follows DST's extension; "
-                                   "lazystore is written for now. Corrupt input stops the copy.")
+                                   "nested training state. SRC may be lazystore, safetensors, a sharded "
+                                   "folder, a torch zip (.pt/.pth/.bin, loaded with weights_only=True) or "
+                                   ".npz. The output format follows DST: .safetensors, a folder (or "
+                                   "--max-shard-size) for lazystore shards, lazystore otherwise. "
+                                   "Corrupt input stops the copy.")
     s.add_argument("src", metavar="SRC")
     s.add_argument("dst", metavar="DST")
     encoding_options(s)
     s.add_argument("--max-shard-size", type=_size_arg, metavar="SIZE", default=None,
-                   help="split the output into shards of at most SIZE (e.g. 500MB, 2GiB); not supported yet")
+                   help="write DST as a folder of lazystore shards of at most SIZE each (e.g. 500MB, 2GiB) "
+                        "plus lazystore.index.json")
     s.set_defaults(func=cmd_convert)
 
     s = sub.add_parser("diff", help="compare two checkpoints: keys, dtypes, shapes, values, metadata",

@@ -35,6 +35,11 @@ class ChecksumError(FormatError):
         self.actual = actual
 
 
+class VerificationUnavailableError(LazyStoreError):
+    """``verify()`` of a file that records no checksums (a safetensors file
+    lazystore did not write): nothing says what its bytes should be."""
+
+
 class TensorNotFoundError(LazyStoreError, KeyError):
     """A tensor name that is not in the checkpoint."""
 

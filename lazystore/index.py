@@ -55,7 +55,8 @@ class Index:
 
     def __init__(self, raw: fmt.RawIndex, names: list[str], positions: dict[str, int],
                  metadata: dict, dims_start: np.ndarray, chunk_start: np.ndarray,
-                 chunk_offsets: np.ndarray, chunk_raw: np.ndarray, index_offset: int):
+                 chunk_offsets: np.ndarray, chunk_raw: np.ndarray, index_offset: int,
+                 *, kind: str = "lazystore", checksums_known: bool = True, unverifiable: str | None = None):
         self.entries = raw.entries
         self.dims = raw.dims
         self.chunks = raw.chunks
@@ -70,6 +71,14 @@ class Index:
         self.chunk_offsets = chunk_offsets  # absolute file offset of every chunk
         self.chunk_raw = chunk_raw  # decoded length of every chunk
         self.index_offset = index_offset
+        # The format the index was read from ("lazystore", "safetensors"):
+        # only for messages and for :meth:`check_head`; reads never look at it.
+        self.kind = kind
+        # False when the file records no checksums (a safetensors file not
+        # written by lazystore): reads skip checks, and verify() cannot run,
+        # for the reason ``unverifiable`` gives.
+        self.checksums_known = checksums_known
+        self.unverifiable = unverifiable
 
     # -- per-tensor accessors (built on demand) ----------------------------
 
@@ -110,6 +119,14 @@ class Index:
     def data_start(self) -> int:
         return fmt.align_up(fmt.PREAMBLE.size, self.alignment)
 
+    def check_head(self, source, version) -> None:
+        """Check the bytes before the first tensor that no chunk covers: a
+        lazystore file's preamble and its padding. A foreign file's header
+        is validated whole when it is opened, and nothing else precedes its
+        data."""
+        if self.kind == "lazystore":
+            check_preamble(source.read(0, self.data_start), self, version)
+
     # -- parsing -------------------------------------------------------------
 
     @classmethod
@@ -124,6 +141,29 @@ class Index:
         v.layout()
         metadata = _decode_metadata(raw.metadata)
         return cls(raw, names, positions, metadata, v.dims_start, v.first_chunk, v.chunk_offsets, v.raw_len, index_offset)
+
+    @classmethod
+    def foreign(cls, raw: fmt.RawIndex, names: list[str], metadata: dict, data_end: int, *, kind: str,
+                checksums_known: bool, unverifiable: str | None = None) -> "Index":
+        """The index of another format's file, built by its parser (see
+        :mod:`lazystore.formats`) as lazystore's own arrays.
+
+        Every check of :meth:`parse` runs but the lazystore layout rule
+        (tensors packed at aligned offsets, then the index): the format's
+        parser has checked its own layout, and here each tensor's bytes need
+        only lie inside ``[0, data_end)``. ``raw.chunks["checksum"]`` is used
+        only when ``checksums_known``."""
+        positions = dict(zip(names, range(len(names))))
+        if len(positions) != len(names):
+            raise FormatError("corrupt index: duplicate tensor names")
+        v = _Validation(raw, names, data_end)
+        v.codes()
+        v.shapes()
+        v.grid()
+        v.chunks()
+        v.placement()
+        return cls(raw, names, positions, metadata, v.dims_start, v.first_chunk, v.chunk_offsets, v.raw_len,
+                   data_end, kind=kind, checksums_known=checksums_known, unverifiable=unverifiable)
 
 
 class _Validation:
@@ -230,6 +270,19 @@ class _Validation:
         data_end = int(next_start[-1]) if len(e) else first
         if data_end != self.index_offset:
             raise FormatError(f"the index starts at {self.index_offset} but the data ends at {data_end}")
+        self.chunk_offsets = offset[self.owner] + (running[:-1] - running[start[self.owner]])
+
+
+    def placement(self) -> None:
+        """For a foreign file: each tensor's chunks lie back to back inside
+        the data region (its own parser checked how tensors are placed)."""
+        e, check, running, start = self.e, self.check, self.running, self.first_chunk
+        per_tensor = running[start + e["chunk_count"].astype(np.int64)] - running[start]
+        check.each(per_tensor != e["stored_nbytes"], "stored size differs from the sum of its chunks")
+        offset = e["data_offset"]
+        end = np.uint64(self.index_offset)
+        check.each((offset > end) | (per_tensor > end - np.minimum(offset, end)), "data beyond the end of the file")
+        check.raise_first()
         self.chunk_offsets = offset[self.owner] + (running[:-1] - running[start[self.owner]])
 
 
@@ -370,21 +423,29 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def read_index(source) -> tuple[Index, tuple[int, int]]:
+def read_tail(source) -> tuple[int, memoryview]:
+    """``(start, bytes)`` of the first read of :func:`read_index`: the whole
+    of a mapped file (free), else the last TAIL_READ_BYTES of the source."""
+    size = source.size
+    tail_start = 0 if source.mapped() is not None else max(0, size - fmt.TAIL_READ_BYTES)
+    return tail_start, source.read(tail_start, size)
+
+
+def read_index(source, tail: tuple[int, memoryview] | None = None) -> tuple[Index, tuple[int, int]]:
     """Find, check and parse a source's index with at most two reads.
 
     The first read takes the file's tail, which holds the trailer and, for
     all but huge indexes, the index too; a second read fetches a larger
     index. The preamble is checked too when it is already at hand (a mapped
     file, or a file small enough to be in the tail); otherwise ``verify()``
-    checks it.
+    checks it. ``tail`` is :func:`read_tail`'s result when the caller has
+    already read it (to tell the format apart), saving the read.
     """
     size = source.size
     smallest = fmt.PREAMBLE.size + fmt.TRAILER.size
     if size < smallest:
         raise FormatError(f"not a lazystore file: {size} bytes is shorter than the smallest possible file ({smallest} bytes)")
-    tail_start = 0 if source.mapped() is not None else max(0, size - fmt.TAIL_READ_BYTES)
-    tail = source.read(tail_start, size)
+    tail_start, tail = tail if tail is not None else read_tail(source)
     if tail_start == 0:
         fmt.decode_preamble(tail)  # a wrong magic is best reported from the start
     trailer = fmt.decode_trailer(tail, size)

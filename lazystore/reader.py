@@ -10,6 +10,10 @@ thread pool. Any other source (remote storage, memory) has its bytes
 them into few requests and send those concurrently; then the chunks are
 checked and decoded in parallel. Every chunk fetched is checked against its
 checksum, raw ones too: hashing costs little next to fetching.
+
+A foreign file without checksums (``Index.checksums_known`` false: a
+safetensors file lazystore did not write) is read the same way with the
+checks skipped; ``CheckpointView.verify`` refuses to run on it.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class ChunkReader:
         self.index = index
         # Unmapped sources are fetched from (see the module's docstring).
         self.fetching = source.mapped() is None
+        self.checked = index.checksums_known
 
     def jobs(self, pos: int, chunk_ids, out: np.ndarray, verify_raw: bool) -> list:
         """What :meth:`run` needs to fill ``out`` with the given chunks: tasks
@@ -88,7 +93,7 @@ class ChunkReader:
         """Raise ChecksumError unless the given stored chunks match."""
         first, _ = self.index.chunk_range(pos)
         for c in chunk_ids:
-            check(self._stored(first + int(c)), int(self.index.chunks["checksum"][first + int(c)]), self._what(pos, int(c)))
+            self._check(self._stored(first + int(c)), first + int(c), pos, int(c))
 
     def stored_ok(self, pos: int) -> bool:
         """Do all the tensor's stored chunks and its padding match the index?"""
@@ -125,6 +130,13 @@ class ChunkReader:
         start = int(self.index.chunk_offsets[chunk])
         return self.source.read(start, start + int(self.index.chunks["stored_nbytes"][chunk]))
 
+    def _check(self, data, chunk: int, pos: int, local_chunk: int) -> None:
+        """Raise ChecksumError unless ``data`` matches its chunk's checksum;
+        a file that records no checksums (``index.checksums_known`` false)
+        has nothing to check against."""
+        if self.checked:
+            check(data, int(self.index.chunks["checksum"][chunk]), self._what(pos, local_chunk))
+
     def _what(self, pos: int, local_chunk: int) -> str:
         return f"tensor {self.index.names[pos]!r} chunk {local_chunk}"
 
@@ -138,13 +150,13 @@ class ChunkReader:
             for c in run:
                 lo = int(offsets[c]) - start
                 chunk = target[lo : lo + int(idx.chunk_raw[first + c])]
-                check(chunk, int(idx.chunks["checksum"][first + c]), self._what(pos, c))
+                self._check(chunk, first + c, pos, c)
 
     def _read_compressed(self, pos, first, c, raw_offset, raw_len, codec, planes, out) -> None:
         self._decode_chunk(pos, first, c, raw_offset, raw_len, codec, planes, out, self._stored(first + c))
 
     def _decode_chunk(self, pos, first, c, raw_offset, raw_len, codec, planes, out, blob) -> None:
-        check(blob, int(self.index.chunks["checksum"][first + c]), self._what(pos, c))
+        self._check(blob, first + c, pos, c)
         try:
             codec.decode_into(blob, out[raw_offset : raw_offset + raw_len], planes)
         except FormatError as exc:
@@ -172,13 +184,13 @@ class ChunkReader:
         return fetches
 
     def _take_raw(self, pos, first, c, raw_offset, out, blob) -> None:
-        check(blob, int(self.index.chunks["checksum"][first + c]), self._what(pos, c))
+        self._check(blob, first + c, pos, c)
         out[raw_offset : raw_offset + len(blob)] = np.frombuffer(blob, dtype=np.uint8)
 
     def _note_checksum(self, ok: list, k: int, pos: int, c: int, blob) -> None:
         first, _ = self.index.chunk_range(pos)
         try:
-            check(blob, int(self.index.chunks["checksum"][first + c]), self._what(pos, c))
+            self._check(blob, first + c, pos, c)
         except ChecksumError:
             ok[k] = False
 

@@ -31,7 +31,7 @@ import numpy as np
 from .adapters import torch as torch_adapter
 from .dtypes import spec_for
 from .errors import FormatError, InvalidInputError, UnsupportedDtypeError, UnsupportedVersionError
-from .view import CheckpointView
+from .viewbase import ViewBase
 
 TREE_KEY = "__lazystore_tree__"
 TREE_VERSION = 1
@@ -58,7 +58,7 @@ _LEAF_HELP = ("containers: dict (str or int keys), OrderedDict, list, tuple; ten
 def is_flat(obj) -> bool:
     """A mapping of str names to numpy arrays (or numpy scalars, which are
     stored as 0-d arrays): stored as is, without a tree."""
-    if isinstance(obj, CheckpointView):  # flat by construction: don't read its tensors
+    if isinstance(obj, ViewBase):  # flat by construction: don't read its tensors
         return True
     if not isinstance(obj, Mapping):
         return False

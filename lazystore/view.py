@@ -15,31 +15,36 @@ from __future__ import annotations
 
 import fnmatch
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from functools import partial
 
 import numpy as np
 
 from .codecs import RAW
-from .errors import ClosedError, InvalidInputError, TensorNotFoundError
-from .index import TensorInfo, check_preamble, read_index
+from .errors import ClosedError, InvalidInputError, TensorNotFoundError, VerificationUnavailableError
+from .index import TensorInfo, read_index
 from .parallel import run_all
 from .reader import ChunkReader
 from .slicing import selection
 from .sources import ByteSource, open_source
+from .viewbase import ViewBase
 
 
-class CheckpointView(Mapping):
+class CheckpointView(ViewBase):
     """Lazy, dict-like access to the tensors of one checkpoint.
 
     Use as a context manager, or call :meth:`close`. Arrays already handed
     out stay valid after closing.
     """
 
-    def __init__(self, source: ByteSource, *, verify: bool = False):
+    def __init__(self, source: ByteSource, *, verify: bool = False, index_reader=read_index):
+        """``index_reader(source)`` gives the source's validated
+        :class:`~lazystore.index.Index` and format version: lazystore's own
+        by default, another format's parser for foreign files (see
+        :mod:`lazystore.formats`). Nothing after it depends on the format."""
         self._source = source
         try:
-            self._index, self.format_version = read_index(source)
+            self._index, self.format_version = index_reader(source)
         except BaseException:
             source.close()
             raise
@@ -53,10 +58,16 @@ class CheckpointView(Mapping):
 
     @classmethod
     def open(cls, path, *, verify: bool = False, storage_options=None) -> "CheckpointView":
-        """Open a local path or ``file://`` URL (memory-mapped), or any other
-        fsspec URL (read with range requests; ``storage_options`` configure
-        its filesystem)."""
+        """Open a lazystore file at a local path or ``file://`` URL
+        (memory-mapped), or any other fsspec URL (read with range requests;
+        ``storage_options`` configure its filesystem). :func:`lazystore.open`
+        also reads other formats."""
         return cls(open_source(path, storage_options), verify=verify)
+
+    @property
+    def format(self) -> str:
+        """The format of the file: "lazystore" or "safetensors"."""
+        return self._index.kind
 
     # -- Mapping -------------------------------------------------------------
 
@@ -123,13 +134,17 @@ class CheckpointView(Mapping):
         """Names of tensors whose stored bytes or padding fail their checks.
 
         ``[]`` means intact. With ``keys=None`` every tensor is checked, and
-        so is the preamble (a bad preamble raises FormatError).
+        so is the preamble (a bad preamble raises FormatError). A file that
+        records no checksums (a safetensors file lazystore did not write)
+        raises VerificationUnavailableError.
         """
         self._check_open()
+        if not self._index.checksums_known:
+            raise VerificationUnavailableError(
+                f"cannot verify {self._source.name}: {self._index.unverifiable or 'it records no checksums'}")
         names = list(self._positions) if keys is None else self._resolve(keys)
         if keys is None:
-            head = self._source.read(0, self._index.data_start)
-            check_preamble(head, self._index, self.format_version)
+            self._index.check_head(self._source, self.format_version)
         ok = self._reader.stored_ok_many([self._positions[n] for n in names])
         return [n for n, good in zip(names, ok) if not good]
 

@@ -315,18 +315,24 @@ def test_convert_refuses_corrupt_source(capsys, tmp_path, model):
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["model.lzy"]
 
 
-def test_convert_max_shard_size(capsys, tmp_path, model):
-    code, _, err = run(capsys, "convert", model, tmp_path / "o.lzy", "--max-shard-size", "500MB")
-    assert code == 2 and "sharded output is not supported yet" in err
-    assert_one_error_line(err)
-    code, _, err = run(capsys, "convert", model, tmp_path / "o.lzy", "--max-shard-size", "lots")
+def test_convert_max_shard_size(capsys, tmp_path, model, tensors):
+    code, _, err = run(capsys, "convert", model, tmp_path / "o", "--max-shard-size", "50KB")
+    assert code == 0
+    shards = sorted(p.name for p in (tmp_path / "o").glob("model-*.lzy"))
+    assert len(shards) == 3 and (tmp_path / "o" / "lazystore.index.json").exists()
+    code, out, _ = run(capsys, "diff", model, tmp_path / "o")
+    assert code == 0 and out.startswith("same")
+    code, _, err = run(capsys, "convert", model, tmp_path / "p", "--max-shard-size", "lots")
     assert code == 2 and "invalid size" in err
-    assert not (tmp_path / "o.lzy").exists()
+    assert not (tmp_path / "p").exists()
+    code, _, err = run(capsys, "convert", model, tmp_path / "o.safetensors", "--max-shard-size", "50KB")
+    assert code == 2 and "sharded safetensors output is not supported" in err
+    assert_one_error_line(err)
 
 
 def test_convert_option_errors(capsys, tmp_path, model):
-    code, _, err = run(capsys, "convert", model, tmp_path / "o.safetensors")
-    assert code == 2 and "safetensors output is not supported yet" in err
+    code, _, err = run(capsys, "convert", model, tmp_path / "o.npz")
+    assert code == 2 and "npz output is not supported yet" in err
     assert_one_error_line(err)
     code, _, err = run(capsys, "convert", model, tmp_path / "o.lzy", "--compression", "none", "--level", "3")
     assert code == 2 and "--level" in err

@@ -1,0 +1,86 @@
+"""Converters between lazystore and other formats.
+
+Every converter streams one tensor at a time, so memory stays bounded by the
+largest tensor:
+
+- :func:`to_safetensors`: any checkpoint lazystore opens -> a safetensors
+  file (uncompressed; lazystore's checksums and metadata kept in
+  ``__metadata__``, see :mod:`lazystore.formats.safetensors`).
+- :func:`from_safetensors`: a safetensors file -> lazystore. (Any view
+  works: ``ls.open`` reads safetensors directly.)
+- :func:`from_torch`: a torch zip (``.pt``/``.pth``/``.bin``) -> lazystore,
+  only through ``torch.load(weights_only=True)``: nothing is ever unpickled
+  otherwise, and a pickle that tries to run code fails with FormatError.
+- :func:`from_npz`: an ``.npz`` -> lazystore, with ``allow_pickle=False``.
+
+Every output is written atomically, like any lazystore save.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from . import api
+from .formats import archives
+from .formats.safetensors import SafetensorsWriter
+from .writer import Writer
+
+
+def copy(view, writer, *, compression=None) -> None:
+    """Stream every tensor of ``view`` into ``writer``; ``compression`` None
+    keeps each tensor's own codec (safetensors outputs ignore it)."""
+    for name in view:
+        info = view.info(name)
+        writer.add(name, view[name], compression=info.compression if compression is None else compression)
+
+
+def _open(src, verify: bool):
+    return (api.open(src, verify=verify), True) if not hasattr(src, "info") else (src, False)
+
+
+def to_safetensors(src, dst, *, storage_options: Mapping | None = None) -> None:
+    """Write ``src`` (a path, URL or open view) as a safetensors file."""
+    view, owned = _open(src, verify=True)
+    try:
+        with SafetensorsWriter(dst, metadata=view.metadata, storage_options=storage_options) as w:
+            w.system_metadata.update(view.system_metadata)
+            copy(view, w)
+    finally:
+        if owned:
+            view.close()
+
+
+def to_lazystore(src, dst, *, compression=None, compression_level: int | None = None, **writer_options) -> None:
+    """Write ``src`` (a path, URL or open view, any format) as a lazystore
+    file; ``compression`` None keeps each tensor's codec."""
+    view, owned = _open(src, verify=True)
+    try:
+        with Writer(dst, compression=compression, compression_level=compression_level,
+                    metadata=view.metadata, **writer_options) as w:
+            w.system_metadata.update(view.system_metadata)
+            copy(view, w, compression=compression)
+    finally:
+        if owned:
+            view.close()
+
+
+def from_safetensors(src, dst, **options) -> None:
+    """A safetensors file -> lazystore (``options`` as :func:`to_lazystore`)."""
+    to_lazystore(src, dst, **options)
+
+
+def from_torch(path, dst, **options) -> None:
+    """A torch zip file -> lazystore, through ``torch.load(weights_only=True,
+    mmap=True)`` only. Nested state keeps its structure, so ``ls.load(dst)``
+    returns what ``torch.load`` did (tensors as torch tensors)."""
+    with archives.open_torch(path) as view:
+        to_lazystore(view, dst, **options)
+
+
+def from_npz(path, dst, **options) -> None:
+    """An ``.npz`` -> lazystore, one array at a time, never unpickling."""
+    with archives.open_npz(path) as view:
+        to_lazystore(view, dst, **options)
+
+
+__all__ = ["copy", "from_npz", "from_safetensors", "from_torch", "to_lazystore", "to_safetensors"]

@@ -1,0 +1,194 @@
+"""Archives that are not lazy checkpoints: torch zip files and ``.npz``.
+
+They are read only to be converted. Nothing here ever unpickles:
+
+- torch ``.pt``/``.pth``/``.bin`` zips go through
+  ``torch.load(path, weights_only=True, mmap=True, map_location="cpu")``
+  and nothing else. torch's weights-only unpickler accepts tensors and
+  plain containers and refuses any other global, so a pickle that tries to
+  run code fails (as FormatError) before anything runs. Legacy (pre-zip)
+  torch pickles are refused: they cannot be memory-mapped.
+- ``.npz`` members are read with ``allow_pickle=False``; object arrays are
+  refused.
+
+:func:`open_archive` gives an :class:`ArraysView`, the same Mapping
+interface as a checkpoint view, so the command line converts, lists and
+diffs them like any checkpoint.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Iterator
+
+import numpy as np
+
+from .. import tree
+from ..adapters import torch as torch_adapter
+from ..errors import FormatError, TensorNotFoundError, VerificationUnavailableError
+from ..index import TensorInfo
+from ..viewbase import ViewBase
+
+ZIP_MAGIC = b"PK\x03\x04"
+
+
+def archive_format(path) -> str | None:
+    """"torch" or "npz" for a local file that is one (by content), else None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except (OSError, TypeError):
+        return None
+    if head[:1] == b"\x80":  # a bare pickle: torch.save's legacy format
+        return "torch"
+    if head != ZIP_MAGIC:
+        return None
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return None
+    if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+        return "torch"
+    if all(n.endswith(".npy") for n in names):
+        return "npz"
+    return None
+
+
+def load_torch(path):
+    """The object of a torch zip file, through ``torch.load(weights_only=True)`` only."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head != ZIP_MAGIC:
+        raise FormatError(f"{path}: not a torch zip file (torch.save's format since PyTorch 1.6); "
+                          "lazystore reads no other torch format")
+    torch = torch_adapter.require()
+    try:
+        return torch.load(path, weights_only=True, mmap=True, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 - anything torch refuses is bad input
+        reason = " ".join(str(exc).split())[:300]
+        raise FormatError(f"{path}: torch.load(weights_only=True) refused it: {reason}") from None
+
+
+class ArraysView(ViewBase):
+    """A checkpoint-like Mapping over tensors already at hand (torch tensors
+    of a memory-mapped zip, or members of an npz read one at a time)."""
+
+    def __init__(self, name: str, infos: dict[str, TensorInfo], get, *, fmt: str, system_metadata=None):
+        self.name = name
+        self._infos = infos
+        self._get = get
+        self.format = fmt
+        self.metadata: dict = {}
+        self.system_metadata: dict = dict(system_metadata or {})
+        self._closers: list = []
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._infos:
+            raise TensorNotFoundError(f"no tensor named {name!r} in {self.name}")
+        return self._get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._infos)
+
+    def __len__(self) -> int:
+        return len(self._infos)
+
+    def info(self, name: str) -> TensorInfo:
+        if name not in self._infos:
+            raise TensorNotFoundError(f"no tensor named {name!r} in {self.name}")
+        return self._infos[name]
+
+    def get_slice(self, name: str) -> np.ndarray:
+        return self[name]  # an array: indexing it is the slice
+
+    def select(self, keys_or_glob) -> "ArraysView":
+        names = self._resolve(keys_or_glob)
+        sub = ArraysView(self.name, {n: self._infos[n] for n in names}, self._get, fmt=self.format,
+                         system_metadata=self.system_metadata)
+        sub.metadata = self.metadata
+        return sub
+
+    def verify(self, keys=None) -> list[str]:
+        raise VerificationUnavailableError(f"cannot verify {self.name}: a {self.format} file records no checksums")
+
+    def load(self, keys=None, *, verify: bool = False) -> dict[str, np.ndarray]:
+        names = list(self) if keys is None else self._resolve(keys)
+        return {n: np.array(self[n]) for n in names}
+
+    def close(self) -> None:
+        for close in self._closers:
+            close()
+        self._closers = []
+
+    def __repr__(self) -> str:
+        return f"<ArraysView {self.format} {self.name!r}: {len(self)} tensors>"
+
+
+def _info(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> TensorInfo:
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return TensorInfo(name=name, dtype=dtype, shape=tuple(shape), nbytes=nbytes, stored_nbytes=nbytes,
+                      compression=None, chunk_count=1, offset=0)
+
+
+def open_torch(path) -> ArraysView:
+    """A view of a torch zip's tensors, keyed as :func:`lazystore.save` would
+    name them; nested state keeps its structure (``system_metadata``)."""
+    obj = load_torch(path)
+    if tree.is_flat(obj):
+        structure, leaves = None, obj
+    else:
+        try:
+            structure, leaves = tree.flatten(obj)
+        except Exception as exc:  # noqa: BLE001 - e.g. a type lazystore cannot store
+            raise FormatError(f"{path}: cannot convert its contents: {exc}") from None
+    arrays = {k: tree.as_array(v) for k, v in leaves.items()}
+    infos = {k: _info(k, a.dtype, a.shape) for k, a in arrays.items()}
+    system = {tree.TREE_KEY: structure} if structure is not None else {}
+    return ArraysView(str(path), infos, arrays.__getitem__, fmt="torch", system_metadata=system)
+
+
+def open_npz(path) -> ArraysView:
+    """A view of an ``.npz``; members are read (never unpickled) when asked for."""
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except (ValueError, zipfile.BadZipFile) as exc:
+        raise FormatError(f"{path}: not a readable .npz: {exc}") from None
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise FormatError(f"{path}: not an .npz archive")
+    infos = {}
+    try:
+        for key in npz.files:
+            with npz.zip.open(key + ".npy") as member:
+                version = np.lib.format.read_magic(member)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(member)
+            if dtype.hasobject:
+                raise FormatError(f"{path}: array {key!r} holds Python objects (a pickle); lazystore never unpickles")
+            infos[key] = _info(key, dtype, shape)
+    except FormatError:
+        npz.close()
+        raise
+    except (ValueError, KeyError, OSError, zipfile.BadZipFile) as exc:
+        npz.close()
+        raise FormatError(f"{path}: corrupt .npz member: {exc}") from None
+
+    def get(name):
+        try:
+            return npz[name]
+        except (ValueError, OSError, zipfile.BadZipFile) as exc:
+            raise FormatError(f"{path}: cannot read {name!r}: {exc}") from None
+
+    view = ArraysView(str(path), infos, get, fmt="npz")
+    view._closers.append(npz.close)
+    return view
+
+
+def open_archive(path) -> ArraysView:
+    """The view of a torch zip or npz archive (see :func:`archive_format`)."""
+    kind = archive_format(path)
+    if kind == "torch":
+        return open_torch(path)
+    if kind == "npz":
+        return open_npz(path)
+    raise FormatError(f"{path}: not a torch zip or .npz archive")
