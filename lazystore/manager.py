@@ -26,7 +26,7 @@ import numpy as np
 
 from . import api, tree
 from .errors import CheckpointNotFoundError, FormatError, InvalidInputError
-from .writer import fsync_dir
+from .sinks import fsync_dir
 
 MANAGER_KEY = "__lazystore_manager__"
 MANAGER_VERSION = 1

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from . import format as fmt
 from .errors import FormatError, InvalidInputError, TensorNotFoundError
-from .sinks import fsync_dir, open_sink
+from .sinks import CloseOrAbort, fsync_dir, open_sink
 from .viewbase import ViewBase
 from .writer import Writer
 
@@ -226,7 +226,7 @@ def open_folder(folder, *, verify: bool = False) -> ShardedView:
                        format=f"{kind} (sharded)")
 
 
-class ShardedWriter:
+class ShardedWriter(CloseOrAbort):
     """Write a lazystore sharded folder, one tensor at a time.
 
     A shard is closed once the next tensor would take it past
@@ -331,11 +331,3 @@ class ShardedWriter:
         self._done = []
         self._closed = True
 
-    def __enter__(self) -> "ShardedWriter":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()

@@ -68,6 +68,20 @@ def open_sink(path, storage_options=None):
         f"(local paths, s3://, gs://, az://, memory://), and {'/'.join(sorted(protocols))} is not one of them")
 
 
+class CloseOrAbort:
+    """``with`` support for writers: close (commit) when the block ends
+    normally, abort (discard everything) when it raises."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
 class LocalSink:
     """A partial file beside the target, renamed over it when complete."""
 

@@ -23,7 +23,7 @@ from .codecs import RAW, codec_for
 from .dtypes import DtypeSpec, spec_for
 from .errors import ClosedError, InvalidInputError
 from .parallel import run_all, start_all
-from .sinks import fsync_dir, open_sink  # noqa: F401 - fsync_dir is the manager's too
+from .sinks import CloseOrAbort, open_sink
 
 _DEFAULT = object()
 # A compressed tensor must save at least this fraction, else it is stored raw
@@ -31,7 +31,7 @@ _DEFAULT = object()
 MIN_SAVING = 0.01
 
 
-class Writer:
+class Writer(CloseOrAbort):
     """Write a checkpoint one tensor at a time.
 
     >>> with Writer("model.lzy", compression="zstd") as w:   # doctest: +SKIP
@@ -158,14 +158,6 @@ class Writer:
         """Discard everything written; any existing target is left untouched."""
         self._sink.abort()
 
-    def __enter__(self) -> "Writer":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
 
     # -- internals -------------------------------------------------------------
 

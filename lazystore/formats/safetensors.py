@@ -43,7 +43,7 @@ from ..chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
 from ..dtypes import spec_for
 from ..errors import ClosedError, FormatError, InvalidInputError, UnsupportedDtypeError
 from ..index import Index
-from ..sinks import open_sink
+from ..sinks import CloseOrAbort, open_sink
 from ..sources import local_path
 
 # The safetensors library refuses headers larger than this.
@@ -285,7 +285,7 @@ def _json_object(text: str, key: str) -> dict:
 _COPY_BLOCK = 8 << 20
 
 
-class SafetensorsWriter:
+class SafetensorsWriter(CloseOrAbort):
     """Write a safetensors file one tensor at a time, atomically.
 
     Interface of :class:`lazystore.Writer`. ``compression`` arguments are
@@ -367,14 +367,6 @@ class SafetensorsWriter:
         self._sink.abort()
         self._spool.close()
 
-    def __enter__(self) -> "SafetensorsWriter":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
 
     def _header(self, *, with_checksums: bool) -> bytes:
         meta = {k: v for k, v in self.metadata.items() if isinstance(v, str)}
