@@ -8,7 +8,6 @@ import json
 import struct
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy as stnp
