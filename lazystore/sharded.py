@@ -162,12 +162,43 @@ def _read_json(path: Path) -> dict:
     if path.stat().st_size > MAX_INDEX_JSON:
         raise FormatError(f"{path}: index of more than {MAX_INDEX_JSON} bytes")
     try:
-        value = json.loads(path.read_bytes().decode("utf-8"))
+        # Strict JSON, as for a file's metadata: no NaN / Infinity (its
+        # metadata must read back as the file's would), and no duplicate
+        # member names, as in safetensors headers: a weight_map naming a
+        # tensor twice lies about one of the two shards.
+        value = json.loads(path.read_bytes().decode("utf-8"), object_pairs_hook=_no_duplicates,
+                           parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FormatError(f"{path}: corrupt index: {exc}") from None
     if not isinstance(value, dict):
         raise FormatError(f"{path}: corrupt index: not a JSON object")
     return value
+
+
+def _no_duplicates(pairs):
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"duplicate key {dup!r}")
+    return d
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _is_file_name(f: str) -> bool:
+    """Could ``f`` name a file directly inside the folder? The index is
+    untrusted: a name that escapes the folder, holds a NUL, cannot be encoded
+    for the file system or is longer than a file name can be (which makes
+    ``stat`` raise OSError, not report a missing file) is corrupt."""
+    if not f or os.path.basename(f) != f or f in (".", "..") or "\0" in f:
+        return False
+    try:
+        return len(os.fsencode(f)) <= 255  # NAME_MAX of Linux and macOS file systems
+    except UnicodeError:  # e.g. a lone surrogate from a JSON escape
+        return False
 
 
 def open_folder(folder, *, verify: bool = False) -> ShardedView:
@@ -191,7 +222,7 @@ def open_folder(folder, *, verify: bool = False) -> ShardedView:
     save_id = index.get("save_id") if index_path == ours else None
     files = list(dict.fromkeys(weight_map.values()))
     for f in files:
-        if not f or os.path.basename(f) != f or f in (".", ".."):
+        if not _is_file_name(f):
             raise FormatError(f"{index_path}: corrupt index: shard {f!r} is not a file name in the folder")
     views: list = []
     owner: dict[str, object] = {}

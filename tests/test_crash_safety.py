@@ -87,6 +87,7 @@ def test_killed_ls_save_leaves_one_complete_version(tmp_path):
         assert all(n.startswith(".ck.lzy.") and n.endswith(".partial") for n in leftovers)
         mid_save += bool(leftovers)
     # The kills must really have interrupted saves, or this proves nothing.
+    print(f"ls.save: {KILLS} kills survived, {mid_save} of them mid-save, last version {last}")
     assert mid_save >= KILLS // 3, f"only {mid_save} of {KILLS} kills landed mid-save"
     ls.save({"x": np.ones(2)}, tmp_path / "other.lzy")  # any save in the folder cleans up
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.lzy", "other.lzy"]
@@ -96,6 +97,7 @@ def test_killed_manager_save_never_lists_a_broken_checkpoint(tmp_path):
     rng = random.Random(99)
     folder = tmp_path / "ckpts"
     last = 0
+    mid_save = 0
     for kill in range(KILLS):
         _run_and_kill("manager", folder, last, rng)
         mgr = ls.CheckpointManager(folder, keep_last=2)
@@ -109,7 +111,17 @@ def test_killed_manager_save_never_lists_a_broken_checkpoint(tmp_path):
         if steps:
             assert steps[-1] >= last
             last = steps[-1]
+        # Anything else in the folder is a dead writer's hidden temporary file.
+        others = [p.name for p in folder.iterdir() if p.name not in {mgr.path(s).name for s in steps}]
+        assert all(n.startswith(".step-") and n.endswith(".partial") for n in others), others
+        mid_save += bool(others)
     assert last > 0, "the saver never completed a checkpoint; kill later"
+    print(f"CheckpointManager.save: {KILLS} kills survived, {mid_save} of them mid-save, last step {last}")
+    assert mid_save >= KILLS // 3, f"only {mid_save} of {KILLS} kills landed mid-save"
+    # The next save into the folder removes every temporary file the kills left.
+    mgr = ls.CheckpointManager(folder, keep_last=2)
+    mgr.save(last + 1, {"t0": np.full(4, last + 1, np.float32)}, metrics={"version": last + 1})
+    assert sorted(p.name for p in folder.iterdir()) == [mgr.path(s).name for s in mgr.steps()]
 
 
 @pytest.mark.parametrize("compression", [None, "zstd"])

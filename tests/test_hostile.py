@@ -827,3 +827,242 @@ def test_fuzz_data_bytes_only(fuzz_base, tmp_path, data):
         exercise(path)
     except ls.LazyStoreError:
         pass
+
+
+# --- the other readers: safetensors files, sharded folders, nested-state trees ---------------
+#
+# The same promise for every reader: a lying file is a FormatError, from
+# ls.open or (for what only ls.load parses, the nested-state tree) ls.load,
+# with allocation bounded by the real input, not by what it claims. No case
+# asserts a time: a check that allocates nothing sized by the claims and
+# touches only the input's own bytes finishes in milliseconds on these
+# inputs of a few KiB (the whole parametrized set runs in about a second).
+
+DEEP = 100_000  # far past any JSON parser's recursion limit
+
+
+def expect_rejected_by_open_or_load(path) -> None:
+    def go():
+        ls.open(path).close()
+        ls.load(path)
+
+    err, peak = attempt(go)
+    check_error(err, peak, "ls.open / ls.load")
+
+
+def st_file(header: bytes, data: bytes = b"", *, length: int | None = None) -> bytes:
+    header += b" " * (-len(header) % 8)
+    return struct.pack("<Q", len(header) if length is None else length) + header + data
+
+
+def st_tensor(dtype="F32", shape=(2,), offsets=(0, 8)) -> bytes:
+    import json
+
+    return json.dumps({"dtype": dtype, "shape": list(shape), "data_offsets": list(offsets)}).encode()
+
+
+def st_with_system(system_json: bytes) -> bytes:
+    import json
+
+    meta = json.dumps({"lazystore.system": system_json.decode()}).encode()
+    return st_file(b'{"__metadata__":' + meta + b',"a":' + st_tensor() + b"}", bytes(8))
+
+
+def deep_tree_json(levels: int) -> bytes:
+    # A valid-looking tree: a list node in a list node ... (each level 3 JSON levels).
+    return (b'{"__lazystore_tree__":{"version":1,"root":' + b'{"t":"list","v":[' * levels + b'{"t":"none"}'
+            + b"]}" * levels + b"}}")
+
+
+SAFETENSORS_CASES = {
+    # sizes and offsets
+    "header-length-u64-max": st_file(b'{"a":' + st_tensor() + b"}", bytes(8), length=U64_MAX),
+    "header-length-2**63": st_file(b'{"a":' + st_tensor() + b"}", bytes(8), length=2**63),
+    "header-length-just-under-limit": st_file(b'{"a":' + st_tensor() + b"}", bytes(8), length=99_999_999),
+    "shape-product-overflows-2**64": st_file(b'{"a":' + st_tensor(shape=(2**32, 2**32, 2**32)) + b"}", bytes(8)),
+    "shape-product-wraps-to-8": st_file(b'{"a":' + st_tensor(dtype="U8", shape=(2**63, 2, 8)) + b"}", bytes(8)),
+    "shape-dim-u64-max": st_file(b'{"a":' + st_tensor(shape=(U64_MAX,), offsets=(0, 8)) + b"}", bytes(8)),
+    "shape-dim-2**64": st_file(b'{"a":' + st_tensor(shape=(2**64,)) + b"}", bytes(8)),
+    "shape-65-dims": st_file(b'{"a":' + st_tensor(shape=(1,) * 63 + (2, 1)) + b"}", bytes(8)),
+    "offsets-end-u64-max": st_file(b'{"a":' + st_tensor(offsets=(0, U64_MAX)) + b"}", bytes(8)),
+    "offsets-both-huge": st_file(b'{"a":' + st_tensor(offsets=(2**63, 2**63 + 8)) + b"}", bytes(8)),
+    "offsets-2**64": st_file(b'{"a":' + st_tensor(offsets=(0, 2**64)) + b"}", bytes(8)),
+    "offsets-float": st_file(b'{"a":' + st_tensor(offsets=(0, 8.0)) + b"}", bytes(8)),
+    "offsets-bool": st_file(b'{"a":' + st_tensor(offsets=(False, 8)) + b"}", bytes(8)),
+    "empty-tensor-inside-data": st_file(b'{"a":' + st_tensor() + b',"e":' + st_tensor(shape=(0,), offsets=(4, 4))
+                                        + b"}", bytes(8)),
+    # duplicate keys
+    "duplicate-tensor": st_file(b'{"a":' + st_tensor() + b',"a":' + st_tensor(offsets=(8, 16)) + b"}", bytes(16)),
+    "duplicate-field-in-tensor": st_file(b'{"a":{"dtype":"F32","dtype":"I8","shape":[2],"data_offsets":[0,8]}}',
+                                         bytes(8)),
+    "duplicate-metadata-key": st_file(b'{"__metadata__":{"k":"1","k":"2"},"a":' + st_tensor() + b"}", bytes(8)),
+    "duplicate-__metadata__": st_file(b'{"__metadata__":{},"__metadata__":{},"a":' + st_tensor() + b"}", bytes(8)),
+    "duplicate-checksums-entry": st_file(b'{"__metadata__":{"lazystore.checksums":"{\\"a\\":\\"0000000000000000\\",'
+                                         b'\\"a\\":\\"0000000000000001\\"}"},"a":' + st_tensor() + b"}", bytes(8)),
+    # deep nesting
+    "header-nested-lists": st_file(b'{"a":' + b"[" * DEEP + b"]" * DEEP + b"}"),
+    "header-nested-objects": st_file(b'{"a":' * DEEP + b"1" + b"}" * DEEP),
+    "metadata-value-nested": st_file(b'{"__metadata__":{"lazystore.metadata":"' + b'{\\"a\\":' * DEEP + b"1"
+                                     + b"}" * DEEP + b'"},"a":' + st_tensor() + b"}", bytes(8)),
+    "system-nested-json": st_with_system(b'{\\"a\\":' * DEEP + b"1" + b"}" * DEEP),
+    "tree-nested-past-json-limit": st_with_system(deep_tree_json(DEEP // 3).replace(b'"', b'\\"')),
+    "tree-nested-past-max-depth": st_with_system(deep_tree_json(101).replace(b'"', b'\\"')),
+    # lies about checksums (a file lazystore wrote claims checksums it does not hold)
+    "checksum-not-hex": st_file(b'{"__metadata__":{"lazystore.checksums":"{\\"a\\":\\"zz\\"}"},"a":' + st_tensor()
+                                + b"}", bytes(8)),
+}
+
+
+@pytest.mark.parametrize("name", list(SAFETENSORS_CASES))
+def test_hostile_safetensors(tmp_path, name):
+    path = tmp_path / "hostile.safetensors"
+    path.write_bytes(SAFETENSORS_CASES[name])
+    expect_rejected_by_open_or_load(path)
+
+
+def test_safetensors_checksum_lie_fails_verify(tmp_path):
+    # A well-formed lazystore.checksums entry that is simply wrong: the file
+    # opens (nothing in its header is inconsistent) and verify() names it.
+    path = tmp_path / "lie.safetensors"
+    path.write_bytes(st_file(b'{"__metadata__":{"lazystore.checksums":"{\\"a\\":\\"0123456789abcdef\\"}"},"a":'
+                             + st_tensor() + b"}", bytes(8)))
+    with ls.open(path) as ck:
+        assert ck.verify() == ["a"]
+    with ls.open(path, verify=True) as ck:
+        err, peak = attempt(lambda: ck["a"])
+        check_error(err, peak, "ck['a'] with verify=True")
+
+
+@pytest.fixture
+def shard_folder(tmp_path):
+    folder = tmp_path / "ckpt"
+    # 6 tensors of 64 bytes, 2 per shard.
+    ls.save({f"t{i}": np.full((4, 4), i, np.float32) for i in range(6)}, folder, max_shard_size=140,
+            metadata={"step": 1})
+    assert len(list(folder.glob("model-*.lzy"))) == 3
+    return folder
+
+
+def _edit_index(key, value):
+    def edit(index: dict) -> dict:
+        index[key] = value
+        return index
+    return edit
+
+
+def _point(name, shard):
+    def edit(index: dict) -> dict:
+        index["weight_map"][name] = shard
+        return index
+    return edit
+
+
+SHARDED_CASES = {
+    # shard names that are not plain file names in the folder
+    "shard-name-300-bytes": _point("t0", "a" * 300),
+    "shard-name-with-nul": _point("t0", "model\0.lzy"),
+    "shard-name-lone-surrogate": _point("t0", "\ud800.lzy"),
+    "shard-name-absolute": _point("t0", "/etc/hostname"),
+    "shard-name-parent": _point("t0", "../model-00001-of-00003.lzy"),
+    "shard-name-dot-dot": _point("t0", ".."),
+    "shard-name-empty": _point("t0", ""),
+    "shard-name-is-the-index": _point("t0", "lazystore.index.json"),
+    "shard-name-is-a-folder": _point("t0", "sub"),
+    "shard-name-missing": _point("t0", "model-00009-of-00009.lzy"),
+    "shard-name-not-str": _point("t0", 1),
+    # tensors and shards that do not match
+    "tensor-in-no-shard": _point("ghost", "model-00001-of-00003.lzy"),
+    "tensor-in-wrong-shard": _point("t0", "model-00002-of-00003.lzy"),
+    "tensor-missing-from-map": lambda index: (index["weight_map"].pop("t1"), index)[1],  # its shard holds t0
+    # wrong types, missing members
+    "weight-map-missing": lambda index: (index.pop("weight_map"), index)[1],
+    "weight-map-list": _edit_index("weight_map", [["t0", "model-00001-of-00003.lzy"]]),
+    "weight-map-null": _edit_index("weight_map", None),
+    "metadata-list": _edit_index("metadata", [1]),
+    "system-metadata-str": _edit_index("system_metadata", "x"),
+    "save-id-other": _edit_index("save_id", "0" * 32),
+    "save-id-int": _edit_index("save_id", 7),
+    "tree-nested-past-max-depth": _edit_index("system_metadata", {"__lazystore_tree__": {"version": 1, "root": {
+        "t": "list", "v": [{"t": "none"}]}}}),  # a tree whose tensors are missing from it
+    "index-not-object": lambda index: [index],
+}
+
+
+@pytest.mark.parametrize("name", list(SHARDED_CASES))
+def test_hostile_sharded_index(shard_folder, name):
+    import json
+
+    (shard_folder / "sub").mkdir()
+    index_path = shard_folder / "lazystore.index.json"
+    index = SHARDED_CASES[name](json.loads(index_path.read_text()))
+    index_path.write_text(json.dumps(index))
+    expect_rejected_by_open_or_load(shard_folder)
+
+
+def _index_text(folder) -> bytes:
+    return (folder / "lazystore.index.json").read_bytes()
+
+
+SHARDED_TEXT_CASES = {
+    "duplicate-weight-map-entry": lambda t: t.replace(b'"weight_map": {', b'"weight_map": {\n  "t0": '
+                                                      b'"model-00001-of-00003.lzy",', 1),
+    "duplicate-weight-map": lambda t: t.replace(b'"weight_map": {', b'"weight_map": {}, "weight_map": {', 1),
+    "duplicate-save-id": lambda t: t.replace(b'"save_id":', b'"save_id": "x", "save_id":', 1),
+    "nested-lists": lambda t: t.replace(b'"metadata":', b'"deep": ' + b"[" * DEEP + b"]" * DEEP + b', "metadata":'),
+    "nested-objects": lambda t: b'{"a":' * DEEP + b"1" + b"}" * DEEP,
+    "not-utf8": lambda t: t.replace(b'"step"', b'"st\xffep"'),
+    "nan": lambda t: t.replace(b'"step": 1', b'"step": NaN'),
+    "empty": lambda t: b"",
+    "truncated": lambda t: t[: len(t) // 2],
+}
+
+
+@pytest.mark.parametrize("name", list(SHARDED_TEXT_CASES))
+def test_hostile_sharded_index_text(shard_folder, name):
+    index_path = shard_folder / "lazystore.index.json"
+    index_path.write_bytes(SHARDED_TEXT_CASES[name](_index_text(shard_folder)))
+    expect_rejected_by_open_or_load(shard_folder)
+
+
+def test_sharded_index_of_absurd_size(shard_folder):
+    # A sparse index file past the 1 GiB limit: refused from its size alone,
+    # without reading (or allocating) it.
+    from lazystore import sharded
+
+    index_path = shard_folder / "lazystore.index.json"
+    with open(index_path, "r+b") as f:
+        f.truncate(sharded.MAX_INDEX_JSON + 1)
+    expect_rejected_by_open_or_load(shard_folder)
+
+
+def test_hostile_shard_inside_a_folder(shard_folder):
+    # One shard's index lies (valid checksum): the folder is refused as the file would be.
+    shard = shard_folder / "model-00002-of-00003.lzy"
+    p = Parts.parse(shard.read_bytes())
+    p.set_dims(0, [2**32, 2**32])
+    shard.unlink()
+    shard.write_bytes(p.build())
+    expect_rejected_by_open_or_load(shard_folder)
+
+
+TREE_CASES = {
+    "nested-past-json-limit": deep_tree_json(DEEP // 3),
+    "nested-past-max-depth": deep_tree_json(101),
+    "duplicate-dict-key": b'{"__lazystore_tree__":{"version":1,"root":{"t":"dict","v":[["a",{"t":"none"}],'
+                          b'["a",{"t":"int","v":1}]]}}}',
+    "int-of-5000-digits": b'{"__lazystore_tree__":{"version":1,"root":{"t":"int","v":1' + b"0" * 5000 + b"}}}",
+    "duplicate-tree-member": b'{"__lazystore_tree__":{"version":1,"root":{"t":"none"}},'
+                             b'"__lazystore_tree__":{"version":1,"root":{"t":"numpy","key":"nope"}}}',
+}
+
+
+@pytest.mark.parametrize("name", list(TREE_CASES))
+def test_hostile_tree_metadata(parts, tmp_path, name):
+    # The tree is the metadata of an otherwise valid lazystore file (the index
+    # checksum recomputed): ls.load must refuse it, whatever ls.open accepts.
+    parts.metadata = TREE_CASES[name]
+    parts.keys, parts.entries, parts.dims, parts.chunks = b"", parts.entries[:0], parts.dims[:0], parts.chunks[:0]
+    del parts.data[64:]
+    path = tmp_path / "tree.lzy"
+    path.write_bytes(parts.build())
+    expect_rejected_by_open_or_load(path)

@@ -501,3 +501,81 @@ def test_concurrent_reads_from_8_threads(tmp_path):
             t.join(timeout=120)
         assert not any(t.is_alive() for t in threads), "a reader thread hung"
     assert errors == []
+
+
+def _hammer(ck, tensors: dict, *, can_verify: bool, n_threads: int = 8, rounds: int = 12) -> None:
+    """8 threads at once on one view: ``[]``, get_slice (ranges, steps, single
+    rows), verify and load, each result compared with the source arrays."""
+    errors: list = []
+    barrier = threading.Barrier(n_threads)
+
+    def worker(tid: int):
+        try:
+            r = np.random.default_rng(100 + tid)
+            barrier.wait()
+            for i in range(rounds):
+                for name in r.permutation(list(tensors)):
+                    arr = tensors[name]
+                    assert same_bits(ck[name], arr), (tid, name)
+                    lo = int(r.integers(0, arr.shape[0]))
+                    hi = int(r.integers(lo, arr.shape[0] + 1))
+                    step = int(r.integers(1, 4))
+                    assert same_bits(ck.get_slice(name)[lo:hi:step], arr[lo:hi:step]), (tid, name)
+                    assert same_bits(ck.get_slice(name)[lo, ..., :3], arr[lo, ..., :3]), (tid, name)
+                if can_verify and i % 3 == tid % 3:
+                    assert ck.verify() == []
+                got = ck.load(list(r.permutation(list(tensors))[:2]))
+                assert all(same_bits(a, tensors[n]) for n, a in got.items()), tid
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append((tid, repr(exc)))
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a reader thread hung"
+    assert errors == []
+
+
+def _thread_tensors():
+    rng = np.random.default_rng(12)
+    return {
+        "raw": random_array(np.float32, (192, 48), 5, "bits", 0.05),
+        "zstd": (rng.integers(0, 8, size=(256, 40))).astype(np.int32),
+        "bf16": random_array(ml_dtypes.bfloat16, (64, 33), 9, "pool"),
+        "i8": rng.integers(-100, 100, size=(300, 7)).astype(np.int8),
+    }
+
+
+@pytest.mark.parametrize("verify", [False, True], ids=["plain", "verify-on-access"])
+@pytest.mark.parametrize("kind", ["lazystore", "sharded", "safetensors-lazystore", "safetensors-plain"])
+def test_concurrent_mixed_reads_on_every_kind_of_view(tmp_path, kind, verify):
+    # One view, 8 threads mixing [], get_slice, verify and load, on raw and
+    # compressed tensors (lazystore file and shards), and on safetensors
+    # files with and without lazystore's checksums.
+    import safetensors.numpy as stnp
+
+    tensors = _thread_tensors()
+    compression = {"zstd": "zstd", "bf16": "zstd"}
+    p = tmp_path / "ck"
+    if kind in ("lazystore", "sharded"):
+        w = ls.Writer(p, chunk_bytes=512) if kind == "lazystore" else \
+            ls.sharded.ShardedWriter(p, max_shard_size=20_000, chunk_bytes=512)
+        with w:
+            for name, arr in tensors.items():
+                w.add(name, arr, compression=compression.get(name))
+    elif kind == "safetensors-lazystore":
+        from lazystore.formats.safetensors import SafetensorsWriter
+
+        with SafetensorsWriter(p) as w:
+            for name, arr in tensors.items():
+                w.add(name, arr)
+    else:
+        stnp.save_file(tensors, str(p))
+    with ls.open(p, verify=verify) as ck:
+        if kind == "lazystore":
+            assert ck.info("zstd").compression == "zstd" and ck.info("zstd").chunk_count > 8
+        if kind == "sharded":
+            assert len(ck.shards) >= 3 and ck.info("bf16").compression == "zstd"
+        _hammer(ck, tensors, can_verify=kind != "safetensors-plain")

@@ -272,7 +272,9 @@ def _split_metadata(st_meta: dict[str, str], names: list[str]):
 
 def _json_object(text: str, key: str) -> dict:
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        # lazystore wrote these entries and never repeats a name: a duplicate
+        # (two checksums for one tensor, say) means the text was tampered with.
+        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
     except (ValueError, RecursionError) as exc:
         raise FormatError(f"corrupt {key} in the safetensors metadata: {exc}") from None
     if not isinstance(value, dict):
