@@ -9,7 +9,6 @@ a FormatError without any allocation sized by its claims.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +17,7 @@ from . import format as fmt
 from .chunking import ChunkGrid, chunk_owners, chunk_raw_nbytes
 from .dtypes import BY_CODE, ITEMSIZE_BY_CODE
 from .checksum import all_zero, check
+from . import strict_json
 from .errors import FormatError
 
 MAX_NDIM = 64  # numpy's own limit
@@ -404,7 +404,7 @@ def _decode_metadata(blob: bytes) -> dict:
     try:
         # The C parser guards its recursion, so absurd nesting is a
         # RecursionError here, never a crash.
-        value = json.loads(blob.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
+        value = strict_json.loads(blob, unique_keys=False)  # format.md: the last duplicate wins
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FormatError(f"corrupt metadata: {exc}") from None
     if not isinstance(value, dict):
@@ -412,15 +412,6 @@ def _decode_metadata(blob: bytes) -> dict:
     return value
 
 
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"{text} overflows a float")
-    return value
 
 
 def read_tail(source) -> tuple[int, memoryview]:

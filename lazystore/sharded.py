@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from . import format as fmt
+from . import strict_json
 from .errors import FormatError, InvalidInputError, TensorNotFoundError
 from .sinks import CloseOrAbort, fsync_dir, open_sink
 from .viewbase import ViewBase
@@ -166,8 +167,7 @@ def _read_json(path: Path) -> dict:
         # metadata must read back as the file's would), and no duplicate
         # member names, as in safetensors headers: a weight_map naming a
         # tensor twice lies about one of the two shards.
-        value = json.loads(path.read_bytes().decode("utf-8"), object_pairs_hook=_no_duplicates,
-                           parse_constant=_reject_constant)
+        value = strict_json.loads(path.read_bytes())
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FormatError(f"{path}: corrupt index: {exc}") from None
     if not isinstance(value, dict):
@@ -175,17 +175,6 @@ def _read_json(path: Path) -> dict:
     return value
 
 
-def _no_duplicates(pairs):
-    d = dict(pairs)
-    if len(d) != len(pairs):
-        seen: set = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ValueError(f"duplicate key {dup!r}")
-    return d
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not valid JSON")
 
 
 def _is_file_name(f: str) -> bool:

@@ -41,6 +41,7 @@ from .. import format as fmt
 from ..checksum import digest
 from ..chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
 from ..dtypes import spec_for
+from .. import strict_json
 from ..errors import ClosedError, FormatError, InvalidInputError, UnsupportedDtypeError
 from ..index import Index
 from ..sinks import CloseOrAbort, open_sink
@@ -127,8 +128,7 @@ def parse_header(text: bytes, data_len: int) -> Header:
     if not text.startswith(b"{"):
         raise FormatError("corrupt safetensors header: does not start with '{'")
     try:
-        value = json.loads(text.decode("utf-8"), object_pairs_hook=_no_duplicates,
-                           parse_constant=_reject_constant)
+        value = strict_json.loads(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FormatError(f"corrupt safetensors header: {exc}") from None
     if not isinstance(value, dict):
@@ -188,17 +188,6 @@ def _is_uint(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 64
 
 
-def _no_duplicates(pairs):
-    d = dict(pairs)
-    if len(d) != len(pairs):
-        seen: set = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ValueError(f"duplicate key {dup!r}")
-    return d
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not valid JSON")
 
 
 def build_index(header: Header, data_start: int) -> Index:
@@ -274,7 +263,7 @@ def _json_object(text: str, key: str) -> dict:
     try:
         # lazystore wrote these entries and never repeats a name: a duplicate
         # (two checksums for one tensor, say) means the text was tampered with.
-        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+        value = strict_json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise FormatError(f"corrupt {key} in the safetensors metadata: {exc}") from None
     if not isinstance(value, dict):
