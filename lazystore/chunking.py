@@ -18,7 +18,7 @@ one gets chunks of 64 rows of its second axis.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,36 +41,9 @@ def choose_grid(shape: tuple[int, ...], itemsize: int, target_bytes: int) -> tup
     return axis, extent
 
 
-def chunk_owners(chunk_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For chunks of several tensors laid end to end: the tensor each chunk
-    belongs to, and the index of each tensor's first chunk."""
-    counts = chunk_counts.astype(np.int64)
-    first = np.cumsum(counts) - counts
-    return np.repeat(np.arange(len(counts)), counts), first
+class ChunkGrid(NamedTuple):
+    """A tensor's chunk grid (a tuple: cheap to build for every entry read)."""
 
-
-def chunk_raw_nbytes(
-    axis_len: np.ndarray, extent: np.ndarray, inner_nbytes: np.ndarray,
-    owner: np.ndarray, first: np.ndarray,
-) -> np.ndarray:
-    """Decoded length of every chunk of several tensors, concatenated.
-
-    Vectorised over tensors: the index validator calls it once for a whole
-    file, and ChunkGrid for one tensor. Per-tensor arguments are uint64
-    arrays (extent >= 1); ``owner``/``first`` come from ``chunk_owners``.
-    Every block along the chunked axis holds ``extent`` indices but the
-    last, which holds the rest.
-    """
-    nblocks = (axis_len + extent - 1) // extent
-    last_rows = axis_len - (nblocks - 1) * extent
-    # All uint64: mixing in int64 would make numpy compute in float64.
-    local = np.arange(len(owner), dtype=np.uint64) - first.astype(np.uint64)[owner]
-    is_last = local % nblocks[owner] == nblocks[owner] - 1
-    return np.where(is_last, last_rows[owner], extent[owner]) * inner_nbytes[owner]
-
-
-@dataclass(frozen=True)
-class ChunkGrid:
     shape: tuple[int, ...]
     itemsize: int
     axis: int
@@ -96,13 +69,16 @@ class ChunkGrid:
         return math.prod(self.shape[: self.axis]) * self.n_blocks
 
     def raw_nbytes(self) -> list[int]:
-        """Decoded length of each chunk, in chunk order."""
-        n = self.n_chunks
-        if n <= 1:  # the common case, spared numpy's per-call overhead
-            return [math.prod(self.shape) * self.itemsize] * n
-        u = lambda v: np.array([v], dtype=np.uint64)  # noqa: E731
-        owner, first = chunk_owners(u(n))
-        return chunk_raw_nbytes(u(self._axis_len), u(self.extent), u(self.inner_nbytes), owner, first).tolist()
+        """Decoded length of each chunk, in chunk order: for every index of
+        the axes before the chunk axis, its blocks along that axis, each
+        ``extent`` rows long but the last, which holds the rest."""
+        if self.n_chunks == 0:
+            return []
+        blocks = self.n_blocks
+        last_rows = self._axis_len - (blocks - 1) * self.extent
+        row = self.inner_nbytes
+        per_prefix = [self.extent * row] * (blocks - 1) + [last_rows * row]
+        return per_prefix * math.prod(self.shape[: self.axis])
 
     def raw_spans(self) -> list[tuple[int, int]]:
         """(offset, length) of each chunk within the decoded C-order tensor;

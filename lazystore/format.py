@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -101,8 +102,7 @@ def decode_preamble(buf) -> tuple[int, int]:
 # --- trailer --------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Trailer:
+class Trailer(NamedTuple):
     index_offset: int
     index_length: int
     index_checksum: int

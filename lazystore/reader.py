@@ -25,7 +25,7 @@ import numpy as np
 from .checksum import all_zero, check
 from .codecs import CODECS_BY_ID, RAW
 from .errors import ChecksumError, FormatError
-from .index import Index
+from .index import Entry, Index
 from .parallel import run_all
 from .sources import ByteSource
 
@@ -47,13 +47,13 @@ class ChunkReader:
         self.fetching = source.mapped() is None
         self.checked = index.checksums_known
 
-    def jobs(self, pos: int, chunk_ids, out: np.ndarray, verify_raw: bool) -> list:
+    def jobs(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool) -> list:
         """What :meth:`run` needs to fill ``out`` with the given chunks: tasks
         for a mapped source, fetches for any other. Jobs of several tensors
         may be run together."""
         if self.fetching:
-            return self._fetches(pos, chunk_ids, out)
-        return self.tasks(pos, chunk_ids, out, verify_raw)
+            return self._fetches(entry, chunk_ids, out)
+        return self.tasks(entry, chunk_ids, out, verify_raw)
 
     def run(self, jobs: list) -> None:
         if self.fetching:
@@ -61,136 +61,103 @@ class ChunkReader:
         else:
             run_all(_call, jobs)
 
-    def tasks(self, pos: int, chunk_ids, out: np.ndarray, verify_raw: bool) -> list:
+    def tasks(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool) -> list:
         """Zero-argument callables that fill ``out`` (the tensor's decoded
         bytes as uint8) with the given chunks, in any order or thread.
 
         Compressed chunks are always checked against their checksum; raw ones
         only when ``verify_raw``."""
-        first, lengths, offsets, codec, planes = self._layout(pos)
         ids = np.asarray(chunk_ids, dtype=np.int64).tolist()
-        if codec is RAW:
-            runs = _raw_runs(ids, lengths)
-            return [partial(self._read_raw, pos, first, run, offsets, out, verify_raw) for run in runs]
-        return [
-            partial(self._read_compressed, pos, first, c, int(offsets[c]), int(lengths[c]), codec, planes, out)
-            for c in ids
-        ]
+        decoded_at = entry.decoded_offsets()
+        if entry.codec == RAW.id:
+            return [partial(self._read_raw, entry, run, decoded_at, out, verify_raw)
+                    for run in _raw_runs(ids, entry.decoded)]
+        stored_at = entry.chunk_offsets()
+        return [partial(self._read_compressed, entry, c, stored_at[c], decoded_at[c], out) for c in ids]
 
-    def _layout(self, pos: int):
-        """A tensor's first chunk id, its chunks' decoded lengths and offsets
-        within the tensor, its codec and byte-plane count."""
-        idx = self.index
-        first, last = idx.chunk_range(pos)
-        lengths = idx.chunk_raw[first:last]
-        offsets = np.cumsum(lengths) - lengths
-        return first, lengths, offsets, CODECS_BY_ID[int(idx.entries["codec"][pos])], int(idx.entries["planes"][pos])
+    def fill(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool) -> None:
+        self.run(self.jobs(entry, chunk_ids, out, verify_raw))
 
-    def fill(self, pos: int, chunk_ids, out: np.ndarray, verify_raw: bool) -> None:
-        self.run(self.jobs(pos, chunk_ids, out, verify_raw))
-
-    def check_stored(self, pos: int, chunk_ids) -> None:
+    def check_stored(self, entry: Entry, chunk_ids) -> None:
         """Raise ChecksumError unless the given stored chunks match."""
-        first, _ = self.index.chunk_range(pos)
+        stored_at = entry.chunk_offsets()
         for c in chunk_ids:
-            self._check(self._stored(first + int(c)), first + int(c), pos, int(c))
+            start = stored_at[c]
+            self._check(self.source.read(start, start + entry.stored[c]), entry, c)
 
-    def stored_ok(self, pos: int) -> bool:
+    def stored_ok(self, entry: Entry) -> bool:
         """Do all the tensor's stored chunks and its padding match the index?"""
-        first, last = self.index.chunk_range(pos)
         try:
-            self.check_stored(pos, range(last - first))
+            self.check_stored(entry, range(entry.chunk_count))
         except ChecksumError:
             return False
-        pad_start, pad_end = self.index.padding_after(pos)
-        return all_zero(self.source.read(pad_start, pad_end))
+        return all_zero(self.source.read(entry.data_offset + entry.stored_nbytes, entry.padding_end))
 
-    def stored_ok_many(self, positions: list[int]) -> list[bool]:
+    def stored_ok_many(self, entries: list[Entry]) -> list[bool]:
         """:meth:`stored_ok` of each tensor; an unmapped source is fetched
         from once for all of them."""
         if not self.fetching:
-            return run_all(self.stored_ok, positions)
-        idx = self.index
-        ok = [True] * len(positions)
+            return run_all(self.stored_ok, entries)
+        ok = [True] * len(entries)
         fetches = []
-        for k, pos in enumerate(positions):
-            first, last = idx.chunk_range(pos)
-            for c in range(last - first):
-                start = int(idx.chunk_offsets[first + c])
-                stop = start + int(idx.chunks["stored_nbytes"][first + c])
-                fetches.append((start, stop, partial(self._note_checksum, ok, k, pos, c)))
-            pad_start, pad_end = idx.padding_after(pos)
-            fetches.append((pad_start, pad_end, partial(self._note_zeros, ok, k)))
+        for k, entry in enumerate(entries):
+            for c, start in enumerate(entry.chunk_offsets()):
+                fetches.append((start, start + entry.stored[c], partial(self._note_checksum, ok, k, entry, c)))
+            fetches.append((entry.data_offset + entry.stored_nbytes, entry.padding_end,
+                            partial(self._note_zeros, ok, k)))
         self._fetch_all(fetches)
         return ok
 
     # -- tasks ---------------------------------------------------------------
 
-    def _stored(self, chunk: int):
-        start = int(self.index.chunk_offsets[chunk])
-        return self.source.read(start, start + int(self.index.chunks["stored_nbytes"][chunk]))
-
-    def _check(self, data, chunk: int, pos: int, local_chunk: int) -> None:
-        """Raise ChecksumError unless ``data`` matches its chunk's checksum;
+    def _check(self, data, entry: Entry, c: int) -> None:
+        """Raise ChecksumError unless ``data`` matches chunk ``c``'s checksum;
         a file that records no checksums (``index.checksums_known`` false)
         has nothing to check against."""
         if self.checked:
-            check(data, int(self.index.chunks["checksum"][chunk]), self._what(pos, local_chunk))
+            check(data, int(self.index.chunks["checksum"][entry.first_chunk + c]), _what(entry, c))
 
-    def _what(self, pos: int, local_chunk: int) -> str:
-        return f"tensor {self.index.names[pos]!r} chunk {local_chunk}"
-
-    def _read_raw(self, pos, first, run, offsets, out, verify) -> None:
-        idx = self.index
-        start = int(offsets[run[0]])
-        end = int(offsets[run[-1]]) + int(idx.chunk_raw[first + run[-1]])
+    def _read_raw(self, entry: Entry, run: list[int], decoded_at: list[int], out, verify) -> None:
+        start = decoded_at[run[0]]
+        end = decoded_at[run[-1]] + entry.decoded[run[-1]]
         target = out[start:end]
-        self.source.read_into(int(idx.chunk_offsets[first + run[0]]), target)
+        # Raw chunks are stored as decoded, back to back from the data offset.
+        self.source.read_into(entry.data_offset + start, target)
         if verify:
             for c in run:
-                lo = int(offsets[c]) - start
-                chunk = target[lo : lo + int(idx.chunk_raw[first + c])]
-                self._check(chunk, first + c, pos, c)
+                lo = decoded_at[c] - start
+                self._check(target[lo : lo + entry.decoded[c]], entry, c)
 
-    def _read_compressed(self, pos, first, c, raw_offset, raw_len, codec, planes, out) -> None:
-        self._decode_chunk(pos, first, c, raw_offset, raw_len, codec, planes, out, self._stored(first + c))
+    def _read_compressed(self, entry: Entry, c: int, stored_at: int, decoded_at: int, out) -> None:
+        self._decode_chunk(entry, c, decoded_at, out, self.source.read(stored_at, stored_at + entry.stored[c]))
 
-    def _decode_chunk(self, pos, first, c, raw_offset, raw_len, codec, planes, out, blob) -> None:
-        self._check(blob, first + c, pos, c)
+    def _decode_chunk(self, entry: Entry, c: int, decoded_at: int, out, blob) -> None:
+        self._check(blob, entry, c)
         try:
-            codec.decode_into(blob, out[raw_offset : raw_offset + raw_len], planes)
+            CODECS_BY_ID[entry.codec].decode_into(blob, out[decoded_at : decoded_at + entry.decoded[c]],
+                                                  entry.planes)
         except FormatError as exc:
-            raise FormatError(f"{self._what(pos, c)}: {exc}") from None
+            raise FormatError(f"{_what(entry, c)}: {exc}") from None
 
     # -- fetching from unmapped sources --------------------------------------------
 
-    def _fetches(self, pos: int, chunk_ids, out: np.ndarray) -> list:
+    def _fetches(self, entry: Entry, chunk_ids, out: np.ndarray) -> list:
         """``(start, stop, consume)`` for the chunks: ``consume(stored bytes)``
         checks them and puts their decoded bytes in place in ``out``."""
-        idx = self.index
-        first, lengths, offsets, codec, planes = self._layout(pos)
+        stored_at, decoded_at = entry.chunk_offsets(), entry.decoded_offsets()
+        decode = self._take_raw if entry.codec == RAW.id else self._decode_chunk
         # One range per chunk: the source groups neighbours into requests of
         # the size that suits it (see its read_many).
-        fetches = []
-        for c in np.asarray(chunk_ids, dtype=np.int64).tolist():
-            start = int(idx.chunk_offsets[first + c])
-            stop = start + int(idx.chunks["stored_nbytes"][first + c])
-            if codec is RAW:
-                consume = partial(self._take_raw, pos, first, c, int(offsets[c]), out)
-            else:
-                consume = partial(self._decode_chunk, pos, first, c, int(offsets[c]), int(lengths[c]), codec,
-                                  planes, out)
-            fetches.append((start, stop, consume))
-        return fetches
+        return [(stored_at[c], stored_at[c] + entry.stored[c], partial(decode, entry, c, decoded_at[c], out))
+                for c in np.asarray(chunk_ids, dtype=np.int64).tolist()]
 
-    def _take_raw(self, pos, first, c, raw_offset, out, blob) -> None:
-        self._check(blob, first + c, pos, c)
-        out[raw_offset : raw_offset + len(blob)] = np.frombuffer(blob, dtype=np.uint8)
+    def _take_raw(self, entry: Entry, c: int, decoded_at: int, out, blob) -> None:
+        self._check(blob, entry, c)
+        out[decoded_at : decoded_at + len(blob)] = np.frombuffer(blob, dtype=np.uint8)
 
-    def _note_checksum(self, ok: list, k: int, pos: int, c: int, blob) -> None:
-        first, _ = self.index.chunk_range(pos)
+    def _note_checksum(self, ok: list, k: int, entry: Entry, c: int, blob) -> None:
         try:
-            self._check(blob, first + c, pos, c)
+            self._check(blob, entry, c)
         except ChecksumError:
             ok[k] = False
 
@@ -218,6 +185,10 @@ class ChunkReader:
         run_all(_consume, pairs)
 
 
+def _what(entry: Entry, c: int) -> str:
+    return f"tensor {entry.name!r} chunk {c}"
+
+
 def _call(task) -> None:
     task()
 
@@ -227,12 +198,12 @@ def _consume(pair) -> None:
     consume(blob)
 
 
-def _raw_runs(ids: list[int], lengths: np.ndarray) -> list[list[int]]:
+def _raw_runs(ids: list[int], lengths: list[int]) -> list[list[int]]:
     """Group consecutive chunk ids into runs of at most RAW_RUN_BYTES."""
     runs: list[list[int]] = []
     size = 0
     for c in ids:
-        n = int(lengths[c])
+        n = lengths[c]
         if runs and runs[-1][-1] == c - 1 and size + n <= RAW_RUN_BYTES:
             runs[-1].append(c)
             size += n

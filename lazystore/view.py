@@ -22,7 +22,7 @@ import numpy as np
 
 from .codecs import RAW
 from .errors import ClosedError, InvalidInputError, TensorNotFoundError, VerificationUnavailableError
-from .index import TensorInfo, read_index
+from .index import Entry, TensorInfo, read_index
 from .parallel import run_all
 from .reader import ChunkReader
 from .slicing import selection
@@ -74,11 +74,11 @@ class CheckpointView(ViewBase):
     def __getitem__(self, name: str) -> np.ndarray:
         """The whole tensor. Raw, local: a read-only view of the mapped file
         (no copy). Otherwise: a new array, decoded and checked."""
-        pos = self._pos(name)
-        raw_view = self._mapped_raw(pos)
+        entry = self._entry(name)
+        raw_view = self._mapped_raw(entry)
         if raw_view is not None:
             return raw_view
-        return self._decode(pos, None)
+        return self._decode(entry, None)
 
     def __iter__(self) -> Iterator[str]:
         self._check_open()
@@ -109,11 +109,11 @@ class CheckpointView(ViewBase):
 
     def info(self, name: str) -> TensorInfo:
         """dtype, shape, sizes and codec of a tensor, without reading its data."""
-        return self._index.info(self._pos(name))
+        return self._entry(name).info()
 
     def get_slice(self, name: str) -> "TensorSlice":
         """A handle whose ``[index]`` reads only what basic indexing needs."""
-        return TensorSlice(self, self._pos(name))
+        return TensorSlice(self, self._entry(name))
 
     def select(self, keys_or_glob) -> "CheckpointView":
         """A view of some tensors: a glob pattern (str) or an iterable of names.
@@ -145,7 +145,7 @@ class CheckpointView(ViewBase):
         names = list(self._positions) if keys is None else self._resolve(keys)
         if keys is None:
             self._index.check_head(self._source, self.format_version)
-        ok = self._reader.stored_ok_many([self._positions[n] for n in names])
+        ok = self._reader.stored_ok_many(self._index.entries_of(self._positions[n] for n in names))
         return [n for n, good in zip(names, ok) if not good]
 
     def load(self, keys=None, *, verify: bool = False) -> dict[str, np.ndarray]:
@@ -166,38 +166,35 @@ class CheckpointView(ViewBase):
         verify = verify or self._verify_on_access
         private = None
         outputs, tasks, jobs = {}, [], []
-        for name in names:
-            pos = self._positions[name]
-            first, last = self._index.chunk_range(pos)
-            if int(self._index.entries["codec"][pos]) == RAW.id:
+        for name, entry in zip(names, self._index.entries_of(self._positions[n] for n in names)):
+            if entry.codec == RAW.id:
                 if private is None:
                     private = self._source.private_mapping() or False
                 if private:
                     if verify:
-                        tasks.append(partial(self._reader.check_stored, pos, range(last - first)))
-                    start = int(self._index.entries["data_offset"][pos])
-                    nbytes = int(self._index.entries["nbytes"][pos])
-                    outputs[name] = (np.frombuffer(private, dtype=np.uint8, count=nbytes, offset=start), pos)
+                        tasks.append(partial(self._reader.check_stored, entry, range(entry.chunk_count)))
+                    data = np.frombuffer(private, dtype=np.uint8, count=entry.nbytes, offset=entry.data_offset)
+                    outputs[name] = (data, entry)
                     continue
-            buf = np.empty(int(self._index.entries["nbytes"][pos]), dtype=np.uint8)
-            jobs += self._reader.jobs(pos, np.arange(last - first), buf, verify)
-            outputs[name] = (buf, pos)
+            buf = np.empty(entry.nbytes, dtype=np.uint8)
+            jobs += self._reader.jobs(entry, range(entry.chunk_count), buf, verify)
+            outputs[name] = (buf, entry)
         if self._reader.fetching:
             run_all(lambda t: t(), tasks)
             self._reader.run(jobs)
         else:
             run_all(lambda t: t(), tasks + jobs)  # jobs are tasks too for a mapped source
-        return {n: self._as_tensor(buf, pos) for n, (buf, pos) in outputs.items()}
+        return {n: _as_tensor(buf, entry) for n, (buf, entry) in outputs.items()}
 
     @property
     def nbytes(self) -> int:
         """Decoded size of the tensors in this view."""
-        return int(sum(int(self._index.entries["nbytes"][p]) for p in self._positions.values()))
+        return sum(e.nbytes for e in self._index.entries_of(self._positions.values()))
 
     @property
     def stored_nbytes(self) -> int:
         """Bytes the tensors of this view occupy in the file."""
-        return int(sum(int(self._index.entries["stored_nbytes"][p]) for p in self._positions.values()))
+        return sum(e.stored_nbytes for e in self._index.entries_of(self._positions.values()))
 
     def close(self) -> None:
         if self._owns_source and not self._closed:
@@ -238,39 +235,42 @@ class CheckpointView(ViewBase):
             self._pos(n)
         return names
 
-    def _as_tensor(self, buf: np.ndarray, pos: int) -> np.ndarray:
-        return buf.view(self._index.dtype(pos)).reshape(self._index.shape(pos))
+    def _entry(self, name: str):
+        return self._index.entry(self._pos(name))
 
-    def _mapped_raw(self, pos: int, chunk_ids=None) -> np.ndarray | None:
+    def _mapped_raw(self, entry: Entry, chunk_ids=None) -> np.ndarray | None:
         """The zero-copy view of a raw tensor in a mapped file, or None when
         the tensor is compressed or the source is not mapped. When this view
         verifies on access, the chunks about to be used (all when None) are
         checked first, each once."""
         mapped = self._source.mapped()
-        if mapped is None or int(self._index.entries["codec"][pos]) != RAW.id:
+        if mapped is None or entry.codec != RAW.id:
             return None
         if self._verify_on_access:
-            first, last = self._index.chunk_range(pos)
-            ids = range(last - first) if chunk_ids is None else chunk_ids
+            first = entry.first_chunk
+            ids = range(entry.chunk_count) if chunk_ids is None else chunk_ids
             todo = [int(c) for c in ids if first + int(c) not in self._verified]
-            self._reader.check_stored(pos, todo)
+            self._reader.check_stored(entry, todo)
             with self._lock:
                 self._verified.update(first + c for c in todo)
-        start = int(self._index.entries["data_offset"][pos])
-        data = np.frombuffer(mapped, dtype=np.uint8, count=int(self._index.entries["nbytes"][pos]), offset=start)
-        return self._as_tensor(data, pos)
+        # One numpy call builds the read-only view straight from the map.
+        return np.ndarray(entry.shape, entry.dtype, buffer=mapped, offset=entry.data_offset)
 
-    def _decode(self, pos: int, chunk_ids) -> np.ndarray:
+    def _decode(self, entry: Entry, chunk_ids) -> np.ndarray:
         """Decode chunks (all when None) into a tensor-sized buffer.
 
         The buffer is allocated but only the decoded chunks are written, so
         untouched pages of a large tensor never become resident."""
         if chunk_ids is None:
-            first, last = self._index.chunk_range(pos)
-            chunk_ids = np.arange(last - first)
-        buf = np.empty(int(self._index.entries["nbytes"][pos]), dtype=np.uint8)
-        self._reader.fill(pos, chunk_ids, buf, self._verify_on_access)
-        return self._as_tensor(buf, pos)
+            chunk_ids = range(entry.chunk_count)
+        buf = np.empty(entry.nbytes, dtype=np.uint8)
+        self._reader.fill(entry, chunk_ids, buf, self._verify_on_access)
+        return _as_tensor(buf, entry)
+
+
+def _as_tensor(buf: np.ndarray, entry: Entry) -> np.ndarray:
+    """A tensor's decoded bytes (uint8) as the tensor."""
+    return buf.view(entry.dtype).reshape(entry.shape)
 
 
 class TensorSlice:
@@ -280,11 +280,11 @@ class TensorSlice:
     ones decode only the chunks the index touches and return a new array.
     """
 
-    def __init__(self, view: CheckpointView, pos: int):
+    def __init__(self, view: CheckpointView, entry: Entry):
         self._view = view
-        self._pos = pos
-        self.shape = view._index.shape(pos)
-        self.dtype = view._index.dtype(pos)
+        self._entry = entry
+        self.shape = entry.shape
+        self.dtype = entry.dtype
 
     @property
     def ndim(self) -> int:
@@ -299,18 +299,17 @@ class TensorSlice:
         return self.shape[0]
 
     def __getitem__(self, index):
-        view, pos = self._view, self._pos
+        view, entry = self._view, self._entry
         view._check_open()
         picks = selection(index, self.shape)
-        grid = view._index.grid(pos)
-        chunk_ids = grid.chunks_for(picks)
-        raw_view = view._mapped_raw(pos, chunk_ids)
+        chunk_ids = entry.grid.chunks_for(picks)
+        raw_view = view._mapped_raw(entry, chunk_ids)
         if raw_view is not None:
             return raw_view[index]
-        result = view._decode(pos, chunk_ids)[index]
+        result = view._decode(entry, chunk_ids)[index]
         # Copy so the tensor-sized decode buffer is released with this call.
         return result.copy() if isinstance(result, np.ndarray) else result
 
     def __repr__(self) -> str:
-        return f"<TensorSlice {self._view._index.names[self._pos]!r} {self.dtype} {self.shape}>"
+        return f"<TensorSlice {self._entry.name!r} {self.dtype} {self.shape}>"
 

@@ -206,6 +206,7 @@ def check_error(err, peak, what: str) -> None:
 
 
 def expect_open_rejected(tmp_path, blob: bytes) -> ls.FormatError:
+    """A rule that ties the whole file together is broken: ls.open refuses it."""
     path = tmp_path / "hostile.lzy"
     path.write_bytes(blob)
 
@@ -215,6 +216,42 @@ def expect_open_rejected(tmp_path, blob: bytes) -> ls.FormatError:
     err, peak = attempt(go)
     check_error(err, peak, "ls.open")
     return err
+
+
+def expect_index_rejected(tmp_path, blob: bytes) -> ls.FormatError:
+    """The index breaks a rule: ls.open refuses the file, or (for a rule of
+    one entry, which docs/format.md §13.1 lets a reader check on first use)
+    every way of reaching a bad entry does, before anything derived from
+    it is returned. Nothing but FormatError escapes, and no check allocates
+    memory sized by the file's claims."""
+    path = tmp_path / "hostile.lzy"
+    path.write_bytes(blob)
+    holder = {}
+    err, peak = attempt(lambda: holder.setdefault("ck", ls.open(path)))
+    if err is not None:
+        check_error(err, peak, "ls.open")
+        return err
+    with holder["ck"] as ck:
+        refused = []
+        for name in ck:
+            err, peak = attempt(lambda: ck.info(name))
+            if err is not None:
+                check_error(err, peak, f"ck.info({name!r})")
+                assert repr(name) in str(err), f"the error does not name the tensor: {err}"
+                refused.append((name, err))
+        assert refused, "a hostile index was accepted: every entry passed"
+        name, first = refused[0]
+        for what, fn in [
+            (f"ck[{name!r}]", lambda: ck[name]),
+            (f"ck.get_slice({name!r})", lambda: ck.get_slice(name)),
+            ("ck.load()", ck.load),
+            ("ck.verify()", ck.verify),
+            ("ck.nbytes", lambda: ck.nbytes),
+            ("ls.load(path)", lambda: ls.load(path)),
+        ]:
+            err, peak = attempt(fn)
+            check_error(err, peak, what)
+    return first
 
 
 def read_everything(ck) -> None:
@@ -532,10 +569,37 @@ INDEX_CASES = {
 }
 
 
+# Cases breaking a rule of one entry (or of its chunk records or place):
+# these may be refused on first use of that entry rather than on open.
+ENTRY_RULE_PREFIXES = ("dims-product", "three-dims", "dim-", "nbytes-", "dtype-", "codec-", "raw-with",
+                       "zstd-with", "ndim-65", "ndim-255", "reserved-entry", "alignment-128-layout",
+                       "alignment-32-layout", "chunk-count-above", "chunk-count-below", "chunk-extent",
+                       "chunk-axis", "data-offset", "stored-nbytes", "raw-chunk", "compressed-chunk",
+                       "chunk-stored-nbytes")
+FILE_WIDE_CASES = [n for n in INDEX_CASES if not n.startswith(ENTRY_RULE_PREFIXES) or n == "ndim-255-without-dims"]
+
+
 @pytest.mark.parametrize("name", list(INDEX_CASES))
-def test_hostile_index_is_rejected_on_open(parts, tmp_path, name):
+def test_hostile_index_is_rejected(parts, tmp_path, name):
+    INDEX_CASES[name](parts)
+    expect_index_rejected(tmp_path, parts.build())
+
+
+@pytest.mark.parametrize("name", FILE_WIDE_CASES)
+def test_file_wide_rules_are_checked_on_open(parts, tmp_path, name):
     INDEX_CASES[name](parts)
     expect_open_rejected(tmp_path, parts.build())
+
+
+def test_a_bad_entry_leaves_the_others_readable(parts, tmp_path):
+    # Entry rules are checked per entry (docs/format.md §13.1): a lie in
+    # tensor "m" refuses "m" by every way of reaching it, and nothing else.
+    INDEX_CASES["chunk-extent-zero"](parts)
+    err = expect_index_rejected(tmp_path, parts.build())
+    assert "'m'" in str(err) and "chunk extent" in str(err)
+    with ls.open(tmp_path / "hostile.lzy") as ck:
+        assert np.array_equal(ck["a"], np.arange(6, dtype=np.float32).reshape(2, 3))
+        assert np.array_equal(ck["z"], np.zeros((64, 4), dtype=np.float32))
 
 
 def test_hostile_index_rejected_by_load_too(parts, tmp_path):
@@ -625,7 +689,7 @@ def test_empty_tensor_with_large_but_representable_shape(empty_parts, tmp_path):
 def test_empty_tensor_claiming_chunks(empty_parts, tmp_path):
     empty_parts.entries["chunk_count"][0] = 1
     empty_parts.chunks = np.insert(empty_parts.chunks, 0, np.array([(0, 0)], dtype=CHUNK_DTYPE))
-    expect_open_rejected(tmp_path, empty_parts.build())
+    expect_index_rejected(tmp_path, empty_parts.build())
 
 
 # --- a checkpoint without tensors ------------------------------------------------------

@@ -111,10 +111,9 @@ def test_a_compressed_slice_fetches_only_the_chunks_it_needs(tmp_path, server):
         server.clear()
         rows = ck.get_slice(name)[20:40]  # rows 20-39: chunks 1 and 2
         assert np.array_equal(rows, arrays[name][20:40])
-        idx, pos = ck._index, ck._positions[name]
-        first, _ = idx.chunk_range(pos)
-        start = int(idx.chunk_offsets[first + 1])
-        stop = int(idx.chunk_offsets[first + 2] + idx.chunks["stored_nbytes"][first + 2])
+        entry = ck._index.entry(ck._positions[name])
+        start = entry.chunk_offsets()[1]
+        stop = entry.chunk_offsets()[2] + entry.stored[2]
         assert server.bytes_served == stop - start and within(server, start, stop)
         assert len(server.gets) == 1
 

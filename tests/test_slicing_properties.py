@@ -140,12 +140,8 @@ def _chunk_regions(path, name):
     source = LocalFile(path)
     try:
         index, _ = read_index(source)
-        pos = index.positions[name]
-        first, last = index.chunk_range(pos)
-        return [
-            (int(index.chunk_offsets[c]), int(index.chunks["stored_nbytes"][c]))
-            for c in range(first, last)
-        ]
+        entry = index.entry(index.positions[name])
+        return list(zip(entry.chunk_offsets(), entry.stored))
     finally:
         source.close()
 

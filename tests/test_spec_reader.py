@@ -479,8 +479,9 @@ def test_both_readers_refuse_corruption(tmp_path):
     rewrite(path, lie, index_edit=lambda ix: struct.pack_into("<Q", ix, 64 + 32, 3))  # chunk_extent
     with pytest.raises(SpecError, match="E13"):
         SpecFile(lie)
-    with pytest.raises(ls.FormatError, match="chunk count"):
-        ls.open(lie)
+    # lazystore checks an entry's rules on its first use (format.md §13.1).
+    with ls.open(lie) as ck, pytest.raises(ls.FormatError, match="chunk count"):
+        ck["a"]
 
 
 def test_reads_the_golden_file():

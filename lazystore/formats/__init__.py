@@ -19,8 +19,6 @@ checkpoints at all (torch ``.pt`` zips, ``.npz``) are converted by
 
 from __future__ import annotations
 
-import os
-
 from .. import format as fmt
 from ..errors import FormatError
 from ..index import read_index, read_tail
@@ -51,12 +49,12 @@ def open_view(path, *, verify: bool = False, storage_options=None):
     """Open any checkpoint lazystore reads, as a lazy view: a lazystore or
     safetensors file (local: memory-mapped; any fsspec URL: range requests),
     or a local folder of shards."""
-    local = local_path(path)
-    if local is not None and os.path.isdir(local):
+    try:
+        source = open_source(path, storage_options)
+    except IsADirectoryError:  # only local paths can be folders
         from ..sharded import open_folder
 
-        return open_folder(local, verify=verify)
-    source = open_source(path, storage_options)
+        return open_folder(local_path(path), verify=verify)
     try:
         _, reader = sniff(source)
     except BaseException:

@@ -24,7 +24,9 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*(://|::)")
 
 def is_url(path) -> bool:
     """A URL rather than a local path (only str paths can be URLs)."""
-    return isinstance(path, str) and _URL.match(path) is not None
+    # Most paths hold neither "://" nor "::": the substring test spares them
+    # the regex, which costs tens of microseconds from cold caches.
+    return isinstance(path, str) and ("://" in path or "::" in path) and _URL.match(path) is not None
 
 
 def local_path(path):

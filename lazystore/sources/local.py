@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import errno
 import mmap
 import os
+import stat
 
 from ..errors import FormatError
 from .base import ByteSource
@@ -19,7 +21,10 @@ class LocalFile(ByteSource):
         self.name = os.fspath(path)
         self._fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
-            self.size = os.fstat(self._fd).st_size
+            st = os.fstat(self._fd)
+            if stat.S_ISDIR(st.st_mode):  # told from the open file: no second lookup of the path
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), self.name)
+            self.size = st.st_size
             self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ) if self.size else None
         except BaseException:
             os.close(self._fd)
@@ -62,10 +67,7 @@ class LocalFile(ByteSource):
             return
         os.close(self._fd)
         self._fd = -1
-        for release in (self._view.release, self._map.close if self._map else None):
-            try:
-                release and release()
-            except BufferError:
-                # Arrays read from the map are still alive; the map is freed
-                # with the last of them.
-                pass
+        # Dropping the references unmaps the file now, or, while arrays read
+        # from it are alive, with the last of them (closing the map
+        # explicitly would raise BufferError then).
+        self._view, self._map = memoryview(b""), None
