@@ -72,12 +72,12 @@ class ChunkGrid(NamedTuple):
         """Decoded length of each chunk, in chunk order: for every index of
         the axes before the chunk axis, its blocks along that axis, each
         ``extent`` rows long but the last, which holds the rest."""
-        if self.n_chunks == 0:
+        axis_len = self._axis_len
+        if not self.extent or not axis_len:
             return []
-        blocks = self.n_blocks
-        last_rows = self._axis_len - (blocks - 1) * self.extent
+        blocks = -(-axis_len // self.extent)
         row = self.inner_nbytes
-        per_prefix = [self.extent * row] * (blocks - 1) + [last_rows * row]
+        per_prefix = [self.extent * row] * (blocks - 1) + [(axis_len - (blocks - 1) * self.extent) * row]
         return per_prefix * math.prod(self.shape[: self.axis])
 
     def raw_spans(self) -> list[tuple[int, int]]:

@@ -33,6 +33,7 @@ from .dtypes import BY_CODE
 from .checksum import all_zero, check
 from . import strict_json
 from .errors import FormatError
+from .keys import KeyTable
 
 MAX_NDIM = 64  # numpy's own limit
 # Rules E7/E8: dims, and sizes computed from them, stay below 2**62, so any
@@ -119,15 +120,14 @@ class Index:
     need only lie inside ``[0, data_end)``.
     """
 
-    def __init__(self, raw: fmt.RawIndex, names: list[str], positions: dict[str, int], metadata: dict,
-                 data_end: int, *, kind: str = "lazystore", checksums_known: bool = True,
-                 unverifiable: str | None = None):
+    def __init__(self, raw: fmt.RawIndex, keys: KeyTable, metadata: dict, data_end: int, *,
+                 kind: str = "lazystore", checksums_known: bool = True, unverifiable: str | None = None):
         self.entries = raw.entries
         self.dims = raw.dims
         self.chunks = raw.chunks
         self.alignment = raw.alignment
-        self.names = names
-        self.positions = positions
+        self.keys = keys  # name -> position
+        self.count = len(keys)
         # The user's metadata, and lazystore's own reserved entries apart.
         self.metadata = {k: v for k, v in metadata.items() if not k.startswith(fmt.RESERVED_METADATA_PREFIX)}
         self.system_metadata = {k: v for k, v in metadata.items() if k.startswith(fmt.RESERVED_METADATA_PREFIX)}
@@ -141,11 +141,19 @@ class Index:
         # for the reason ``unverifiable`` gives.
         self.checksums_known = checksums_known
         self.unverifiable = unverifiable
-        self.dims_start, self.chunk_start = _section_starts(raw, names)
-        if self.packed and not names and data_end != self.data_start:
+        self.dims_start, self.chunk_start = _section_starts(raw, keys)
+        if self.packed and not self.count and data_end != self.data_start:
             raise FormatError(f"the index starts at {data_end} but an empty file's data ends at {self.data_start}")
         self._validated: dict[int, Entry] = {}
         self._described: dict[tuple, _Description] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return self.keys.names
+
+    @property
+    def positions(self) -> KeyTable:
+        return self.keys
 
     # -- entries ---------------------------------------------------------------
 
@@ -163,7 +171,7 @@ class Index:
         positions = list(positions)
         todo = [p for p in positions if p not in self._validated]
         if len(todo) > BULK_ENTRIES:
-            words = self.entries.view("<u8").reshape(len(self.names), _ENTRY_SIZE // 8)
+            words = self.entries.view("<u8").reshape(self.count, _ENTRY_SIZE // 8)
             rows, dims, stored = words.tolist(), self.dims.tolist(), self.chunks["stored_nbytes"].tolist()
             dims_start, chunk_start = self.dims_start, self.chunk_start
             for p in todo:
@@ -209,9 +217,9 @@ class Index:
                 raise FormatError("stored size differs from the sum of its chunks")
             padding_end = self._check_place(pos, offset, stored_nbytes, previous)
         except FormatError as exc:
-            raise FormatError(f"corrupt index: tensor {self.names[pos]!r}: {exc}") from None
+            raise FormatError(f"corrupt index: tensor {self.keys.name(pos)!r}: {exc}") from None
         grid = described.grid
-        return Entry(self.names[pos], described.dtype, grid.shape, described.codec, described.planes, nbytes,
+        return Entry(self.keys.name(pos), described.dtype, grid.shape, described.codec, described.planes, nbytes,
                      stored_nbytes, offset, padding_end, self.chunk_start[pos], grid, stored, described.decoded)
 
     def _check_place(self, pos: int, offset: int, stored_nbytes: int, previous) -> int:
@@ -232,7 +240,7 @@ class Index:
         if offset != expected:
             raise FormatError("data offset is not where the previous tensor ends")
         padding_end = fmt.align_up(end, self.alignment)
-        last = pos == len(self.names) - 1
+        last = pos == self.count - 1
         if padding_end > self.index_offset or (last and padding_end != self.index_offset):
             raise FormatError(f"the index starts at {self.index_offset} but the data ends at {padding_end}")
         return padding_end
@@ -265,8 +273,7 @@ class Index:
     @classmethod
     def parse(cls, buf, index_offset: int) -> "Index":
         raw = fmt.decode_index(buf)
-        names, positions = _decode_keys(raw.keys, len(raw.entries))
-        return cls(raw, names, positions, _decode_metadata(raw.metadata), index_offset)
+        return cls(raw, _decode_keys(raw.keys, len(raw.entries)), _decode_metadata(raw.metadata), index_offset)
 
     @classmethod
     def foreign(cls, raw: fmt.RawIndex, names: list[str], metadata: dict, data_end: int, *, kind: str,
@@ -276,14 +283,11 @@ class Index:
         by the same rules but the layout one: each tensor's bytes need only
         lie inside ``[0, data_end)``. ``raw.chunks["checksum"]`` is used
         only when ``checksums_known``."""
-        positions = dict(zip(names, range(len(names))))
-        if len(positions) != len(names):
-            raise FormatError("corrupt index: duplicate tensor names")
-        return cls(raw, names, positions, metadata, data_end, kind=kind, checksums_known=checksums_known,
+        return cls(raw, KeyTable.of(names), metadata, data_end, kind=kind, checksums_known=checksums_known,
                    unverifiable=unverifiable)
 
 
-def _section_starts(raw: fmt.RawIndex, names: list[str]) -> tuple[list[int], list[int]]:
+def _section_starts(raw: fmt.RawIndex, keys: KeyTable) -> tuple[list[int], list[int]]:
     """Where each tensor's dims and chunk records start, after checking that
     the entries account for every dim (rule E6) and chunk record (E14).
 
@@ -300,7 +304,7 @@ def _section_starts(raw: fmt.RawIndex, names: list[str]) -> tuple[list[int], lis
     if chunk_start.pop() != len(raw.chunks):
         too_many = next((pos for pos, n in enumerate(counts) if n > len(raw.chunks)), None)
         if too_many is not None:
-            raise FormatError(f"corrupt index: tensor {names[too_many]!r}: more chunks than the index holds")
+            raise FormatError(f"corrupt index: tensor {keys.name(too_many)!r}: more chunks than the index holds")
         raise FormatError(f"tensors have {sum(counts)} chunks but the index holds {len(raw.chunks)}")
     return dims_start, chunk_start
 
@@ -326,7 +330,8 @@ class _Description(NamedTuple):
 def _describe(small: int, nbytes: int, count: int, extent: int, dims: tuple[int, ...]) -> _Description:
     """Rules E1-E5 and E7-E13 of an entry whose small fields (dtype, codec,
     ndim, chunk axis, planes, reserved bytes) are packed in ``small``."""
-    code, codec, ndim, axis, planes = (small >> shift & 0xFF for shift in (0, 8, 16, 24, 32))
+    code, codec, ndim, axis, planes = small & 0xFF, small >> 8 & 0xFF, small >> 16 & 0xFF, small >> 24 & 0xFF, \
+        small >> 32 & 0xFF
     _check_small_fields(code, codec, ndim, axis, planes, small >> 40)
     dtype = BY_CODE[code].dtype
     grid = ChunkGrid(dims, dtype.itemsize, axis, extent)
@@ -393,20 +398,15 @@ def _check_chunks(described: _Description, stored: tuple[int, ...], limit: int) 
         raise FormatError("compressed chunk claims an impossible expansion")
 
 
-def _decode_keys(blob: bytes, count: int) -> tuple[list[str], dict[str, int]]:
+def _decode_keys(blob: bytes, count: int) -> KeyTable:
+    """Rules K1 and K2 on the whole key table; K3 is the table's, per key."""
     if blob.count(0) != count or (blob and blob[-1] != 0):
         raise FormatError(f"corrupt index: key table does not hold {count} NUL-terminated keys")
     try:
-        text = blob[:-1].decode("utf-8") if count else ""
+        text = blob.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise FormatError(f"corrupt index: keys are not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-    names = text.split("\0") if count else []
-    positions = dict(zip(names, range(count)))
-    if len(positions) != count:
-        seen: set[str] = set()
-        dup = next(k for k in names if k in seen or seen.add(k))
-        raise FormatError(f"corrupt index: duplicate key {dup!r}")
-    return names, positions
+    return KeyTable(text, count)
 
 
 def _decode_metadata(blob: bytes) -> dict:

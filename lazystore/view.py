@@ -48,13 +48,21 @@ class CheckpointView(ViewBase):
         except BaseException:
             source.close()
             raise
-        self._reader = ChunkReader(source, self._index)
         self._positions: dict[str, int] = self._index.positions
         self._verify_on_access = verify
-        self._verified: set[int] = set()  # global ids of raw chunks already checked
-        self._lock = threading.Lock()
+        if verify:
+            self._verified: set[int] = set()  # global ids of raw chunks already checked
+            self._lock = threading.Lock()
         self._owns_source = True
         self._closed = False
+
+    @property
+    def _reader(self) -> ChunkReader:
+        # Made on first use: a zero-copy read of a raw tensor never needs one.
+        reader = self.__dict__.get("_chunk_reader")
+        if reader is None:
+            reader = self._chunk_reader = ChunkReader(self._source, self._index)
+        return reader
 
     @classmethod
     def open(cls, path, *, verify: bool = False, storage_options=None) -> "CheckpointView":

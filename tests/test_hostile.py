@@ -232,8 +232,16 @@ def expect_index_rejected(tmp_path, blob: bytes) -> ls.FormatError:
         check_error(err, peak, "ls.open")
         return err
     with holder["ck"] as ck:
+        # Listing the names checks that no two are equal (rule K3).
+        err, peak = attempt(lambda: holder.setdefault("names", list(ck)))
+        if err is not None:
+            check_error(err, peak, "list(ck)")
+            for what, fn in [("ck.load()", ck.load), ("ck.verify()", ck.verify), ("ls.load(path)", lambda: ls.load(path))]:
+                err2, peak = attempt(fn)
+                check_error(err2, peak, what)
+            return err
         refused = []
-        for name in ck:
+        for name in holder["names"]:
             err, peak = attempt(lambda: ck.info(name))
             if err is not None:
                 check_error(err, peak, f"ck.info({name!r})")
@@ -575,7 +583,7 @@ ENTRY_RULE_PREFIXES = ("dims-product", "three-dims", "dim-", "nbytes-", "dtype-"
                        "zstd-with", "ndim-65", "ndim-255", "reserved-entry", "alignment-128-layout",
                        "alignment-32-layout", "chunk-count-above", "chunk-count-below", "chunk-extent",
                        "chunk-axis", "data-offset", "stored-nbytes", "raw-chunk", "compressed-chunk",
-                       "chunk-stored-nbytes")
+                       "chunk-stored-nbytes", "duplicate-")
 FILE_WIDE_CASES = [n for n in INDEX_CASES if not n.startswith(ENTRY_RULE_PREFIXES) or n == "ndim-255-without-dims"]
 
 
@@ -589,6 +597,24 @@ def test_hostile_index_is_rejected(parts, tmp_path, name):
 def test_file_wide_rules_are_checked_on_open(parts, tmp_path, name):
     INDEX_CASES[name](parts)
     expect_open_rejected(tmp_path, parts.build())
+
+
+@pytest.mark.parametrize("keys", [b"a\0m\0a\0z\0", b"a\0m\0z\0z\0"])
+def test_a_duplicated_name_is_refused_before_use(parts, tmp_path, keys):
+    # Rule K3 is checked per key on lookup and for all keys when they are
+    # listed (docs/format.md §13.1): a lookup of the duplicated name fails,
+    # as does anything that lists the names; other names can be read.
+    set_keys(keys)(parts)
+    path = tmp_path / "dup.lzy"
+    path.write_bytes(parts.build())
+    dup = keys.split(b"\0")[2].decode()
+    with ls.open(path) as ck:
+        for fn in (lambda: ck[dup], lambda: ck.info(dup), lambda: dup in ck, lambda: list(ck), ck.load):
+            with pytest.raises(ls.FormatError, match="duplicate key"):
+                fn()
+        assert np.array_equal(ck["m"], np.arange(320, dtype=np.int16).reshape(40, 8))
+    with pytest.raises(ls.FormatError, match="duplicate key"):
+        ls.load(path)
 
 
 def test_a_bad_entry_leaves_the_others_readable(parts, tmp_path):

@@ -21,14 +21,22 @@ class LocalFile(ByteSource):
         self.name = os.fspath(path)
         self._fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
-            st = os.fstat(self._fd)
-            if stat.S_ISDIR(st.st_mode):  # told from the open file: no second lookup of the path
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), self.name)
-            self.size = st.st_size
-            self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ) if self.size else None
+            # Map first and ask questions only if that fails: opening is a
+            # few syscalls, and each one counts when a file is opened to
+            # read one tensor.
+            self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
+        except ValueError:  # an empty file cannot be mapped
+            self._map = None
+        except OSError:
+            mode = os.fstat(self._fd).st_mode
+            os.close(self._fd)
+            if stat.S_ISDIR(mode):  # told from the open file: no second lookup of the path
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), self.name) from None
+            raise
         except BaseException:
             os.close(self._fd)
             raise
+        self.size = len(self._map) if self._map is not None else 0
         self._view = memoryview(self._map) if self._map is not None else memoryview(b"")
 
     @property
