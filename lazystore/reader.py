@@ -37,6 +37,9 @@ RAW_RUN_BYTES = 16 << 20
 # many bytes at a time: loading many tensors holds at most one batch of
 # fetched bytes beside the arrays being filled.
 FETCH_BATCH_BYTES = 64 << 20
+# verify() of a mapped file checks tensors in pool tasks of about this many
+# stored bytes (one task each for tensors at least this large).
+VERIFY_BATCH_BYTES = 4 << 20
 
 
 class ChunkReader:
@@ -97,7 +100,10 @@ class ChunkReader:
         """:meth:`stored_ok` of each tensor; an unmapped source is fetched
         from once for all of them."""
         if not self.fetching:
-            return run_all(self.stored_ok, entries)
+            # One task per batch of small tensors: a pool task costs tens of
+            # microseconds, more than checking a tiny tensor.
+            batches = _batches(entries, VERIFY_BATCH_BYTES)
+            return [ok for batch in run_all(self._stored_ok_batch, batches) for ok in batch]
         ok = [True] * len(entries)
         fetches = []
         for k, entry in enumerate(entries):
@@ -107,6 +113,9 @@ class ChunkReader:
                             partial(self._note_zeros, ok, k)))
         self._fetch_all(fetches)
         return ok
+
+    def _stored_ok_batch(self, entries: list[Entry]) -> list[bool]:
+        return [self.stored_ok(entry) for entry in entries]
 
     # -- tasks ---------------------------------------------------------------
 
@@ -196,6 +205,19 @@ def _call(task) -> None:
 def _consume(pair) -> None:
     consume, blob = pair
     consume(blob)
+
+
+def _batches(entries: list[Entry], nbytes: int) -> list[list[Entry]]:
+    """Consecutive entries grouped until each group stores about ``nbytes``."""
+    batches: list[list[Entry]] = []
+    size = nbytes
+    for entry in entries:
+        if size >= nbytes:
+            batches.append([])
+            size = 0
+        batches[-1].append(entry)
+        size += entry.stored_nbytes
+    return batches
 
 
 def _raw_runs(ids: list[int], lengths: list[int]) -> list[list[int]]:

@@ -263,6 +263,25 @@ def test_verify_names_the_corrupt_tensor(path):
         assert ck.verify(["compressed"]) == []
 
 
+def test_verify_of_many_small_tensors_names_each_corrupt_one(tmp_path):
+    # verify() checks small tensors in batches (one pool task each): a
+    # damaged tensor or padding anywhere in a batch is still named alone.
+    path = tmp_path / "many.lzy"
+    # Every 50th tensor is 1 MiB, so the 600 tensors span several batches.
+    tensors = {f"t.{i:04d}": np.full(3 if i % 50 else 1 << 18, i, dtype=np.float32) for i in range(600)}
+    ls.save(tensors, path)
+    with ls.open(path) as ck:
+        infos = {n: ck.info(n) for n in ("t.0000", "t.0301", "t.0599")}
+    blob = bytearray(path.read_bytes())
+    blob[infos["t.0000"].offset] ^= 1
+    blob[infos["t.0301"].offset + 12] ^= 1  # the padding after its 12 bytes
+    blob[infos["t.0599"].offset + 11] ^= 1
+    path.write_bytes(bytes(blob))
+    with ls.open(path) as ck:
+        assert ck.verify() == ["t.0000", "t.0301", "t.0599"]
+        assert ck.verify(["t.0300", "t.0302"]) == []
+
+
 # ---------------------------------------------------------------------------
 # closing
 # ---------------------------------------------------------------------------
