@@ -147,14 +147,6 @@ class Index:
         self._validated: dict[int, Entry] = {}
         self._described: dict[tuple, _Description] = {}
 
-    @property
-    def names(self) -> list[str]:
-        return self.keys.names
-
-    @property
-    def positions(self) -> KeyTable:
-        return self.keys
-
     # -- entries ---------------------------------------------------------------
 
     def entry(self, pos: int) -> Entry:
@@ -181,9 +173,6 @@ class Index:
                 self._validated[p] = self._validate(
                     p, row, tuple(dims[ds : ds + _ndim(row)]), tuple(stored[cs : cs + row[3]]), previous)
         return [self.entry(p) for p in positions]
-
-    def info(self, pos: int) -> TensorInfo:
-        return self.entry(pos).info()
 
     def _fetch(self, pos: int):
         """What validating entry ``pos`` reads from the arrays: its row (the
@@ -244,17 +233,6 @@ class Index:
         if padding_end > self.index_offset or (last and padding_end != self.index_offset):
             raise FormatError(f"the index starts at {self.index_offset} but the data ends at {padding_end}")
         return padding_end
-
-    # -- per-tensor accessors -------------------------------------------------
-
-    def shape(self, pos: int) -> tuple[int, ...]:
-        return self.entry(pos).shape
-
-    def dtype(self, pos: int) -> np.dtype:
-        return self.entry(pos).dtype
-
-    def grid(self, pos: int) -> ChunkGrid:
-        return self.entry(pos).grid
 
     @property
     def data_start(self) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from functools import partial
 
 import numpy as np
@@ -48,7 +48,8 @@ class CheckpointView(ViewBase):
         except BaseException:
             source.close()
             raise
-        self._positions: dict[str, int] = self._index.positions
+        # Names to positions: the index's KeyTable, or a dict for a selection.
+        self._positions: Mapping[str, int] = self._index.keys
         self._verify_on_access = verify
         if verify:
             self._verified: set[int] = set()  # global ids of raw chunks already checked

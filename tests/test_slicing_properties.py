@@ -140,7 +140,7 @@ def _chunk_regions(path, name):
     source = LocalFile(path)
     try:
         index, _ = read_index(source)
-        entry = index.entry(index.positions[name])
+        entry = index.entry(index.keys[name])
         return list(zip(entry.chunk_offsets(), entry.stored))
     finally:
         source.close()
