@@ -244,7 +244,7 @@ class CheckpointView(ViewBase):
             self._pos(n)
         return names
 
-    def _entry(self, name: str):
+    def _entry(self, name: str) -> Entry:
         return self._index.entry(self._pos(name))
 
     def _mapped_raw(self, entry: Entry, chunk_ids=None) -> np.ndarray | None:
