@@ -42,8 +42,10 @@ MAX_SIZE = 1 << 62
 # A zstd frame expands at most 32768-fold (a 4-byte RLE block yields 128 KiB),
 # so a chunk claiming more than this per stored byte is lying.
 MAX_EXPANSION = 1 << 15
-# Validating more entries than this at once reads the index's arrays into
-# Python lists in one go rather than entry by entry.
+# Validating more entries than this at once (and at least a 16th of the
+# index) reads the index's arrays into Python lists in one go rather than
+# entry by entry: converting the whole index costs about as much as
+# fetching a 16th of its entries one by one.
 BULK_ENTRIES = 64
 
 CODEC_NAMES = {0: None, 1: "zstd"}
@@ -162,7 +164,7 @@ class Index:
         rather than entry by entry."""
         positions = list(positions)
         todo = [p for p in positions if p not in self._validated]
-        if len(todo) > BULK_ENTRIES:
+        if len(todo) > max(BULK_ENTRIES, self.count // 16):
             words = self.entries.view("<u8").reshape(self.count, _ENTRY_SIZE // 8)
             rows, dims, stored = words.tolist(), self.dims.tolist(), self.chunks["stored_nbytes"].tolist()
             dims_start, chunk_start = self.dims_start, self.chunk_start

@@ -61,11 +61,6 @@ class KeyTable(Mapping):
             raise FormatError(f"corrupt index: duplicate key {name!r}")
         return table[name]
 
-    @property
-    def names(self) -> list[str]:
-        """Every name, in index order (checked for duplicates)."""
-        return list(self.positions)
-
     def name(self, pos: int) -> str:
         """The name at ``pos`` (for an entry and its messages)."""
         found = self._found.get(pos)
