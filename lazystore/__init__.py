@@ -1,10 +1,10 @@
 """lazystore: ML checkpoints in one file, opened instantly and read lazily."""
 
-from .api import load, open, save
-from .chunking import DEFAULT_CHUNK_BYTES
-from .codecs import ZstdPlanes
-from .dtypes import DTYPES
-from .errors import (
+from lazystore.api import load, open, save
+from lazystore.chunking import DEFAULT_CHUNK_BYTES
+from lazystore.codecs import ZstdPlanes
+from lazystore.dtypes import DTYPES
+from lazystore.errors import (
     CheckpointNotFoundError,
     ChecksumError,
     ClosedError,
@@ -19,11 +19,11 @@ from .errors import (
     UnsupportedVersionError,
     VerificationUnavailableError,
 )
-from .format import FORMAT_MAJOR, FORMAT_MINOR
-from .index import TensorInfo
-from .manager import CheckpointManager
-from .view import CheckpointView, TensorSlice
-from .writer import Writer
+from lazystore.format import FORMAT_MAJOR, FORMAT_MINOR
+from lazystore.index import TensorInfo
+from lazystore.manager import CheckpointManager
+from lazystore.view import CheckpointView, TensorSlice
+from lazystore.writer import Writer
 
 __version__ = "0.1.0"
 FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import partial
 
-from . import formats, tree
-from .adapters import torch as torch_adapter
-from .view import CheckpointView
-from .sharded import ShardedWriter
-from .writer import Writer
+from lazystore import formats, tree
+from lazystore.adapters import torch as torch_adapter
+from lazystore.view import CheckpointView
+from lazystore.sharded import ShardedWriter
+from lazystore.writer import Writer
 
 
 def open(path, *, verify: bool = False, storage_options: Mapping | None = None) -> CheckpointView:  # noqa: A001
@@ -71,7 +71,7 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     """
     if max_shard_size is not None:
         if storage_options is not None:
-            from .errors import InvalidInputError
+            from lazystore.errors import InvalidInputError
 
             raise InvalidInputError("sharded saves go to a local folder, not a URL")
         writer = partial(ShardedWriter, max_shard_size=max_shard_size)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import xxhash
 
-from .errors import ChecksumError
+from lazystore.errors import ChecksumError
 
 # Up to this size a copy is cheaper than numpy's per-call cost; padding
 # (alignment at most 64 bytes by default) always is.

@@ -26,10 +26,10 @@ import numpy as np
 
 import lazystore as ls
 
-from .formats import archives
-from .formats.safetensors import SafetensorsWriter
-from .sharded import ShardedWriter
-from .tree import TREE_KEY
+from lazystore.formats import archives
+from lazystore.formats.safetensors import SafetensorsWriter
+from lazystore.sharded import ShardedWriter
+from lazystore.tree import TREE_KEY
 
 PROG = "lazystore"
 

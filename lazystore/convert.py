@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import api
-from .formats import archives
-from .formats.safetensors import SafetensorsWriter
-from .writer import Writer
+from lazystore import api
+from lazystore.formats import archives
+from lazystore.formats.safetensors import SafetensorsWriter
+from lazystore.writer import Writer
 
 
 def copy(view, writer, *, compression=None) -> None:

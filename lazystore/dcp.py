@@ -52,14 +52,14 @@ from torch.distributed.checkpoint.storage import (
 )
 from torch.futures import Future
 
-from . import dcp_metadata
-from .adapters import torch as torch_adapter
-from .api import open as ls_open
-from .codecs import codec_for
-from .dcp_metadata import DCP_KEY, LazyStorageInfo, item_key
-from .errors import CheckpointNotFoundError, FormatError, InvalidInputError
-from .sources import local_path
-from .writer import Writer
+from lazystore import dcp_metadata
+from lazystore.adapters import torch as torch_adapter
+from lazystore.api import open as ls_open
+from lazystore.codecs import codec_for
+from lazystore.dcp_metadata import DCP_KEY, LazyStorageInfo, item_key
+from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
+from lazystore.sources import local_path
+from lazystore.writer import Writer
 
 METADATA_FILE = "metadata.lzy"
 __all__ = ["METADATA_FILE", "LazyStorageInfo", "LazyStoreReader", "LazyStoreWriter", "rank_file"]

@@ -39,8 +39,8 @@ from torch.distributed.checkpoint.metadata import (
     TensorStorageMetadata,
 )
 
-from .adapters.torch import _DTYPES as TORCH_DTYPES
-from .errors import FormatError, InvalidInputError
+from lazystore.adapters.torch import _DTYPES as TORCH_DTYPES
+from lazystore.errors import FormatError, InvalidInputError
 
 DCP_KEY = "__lazystore_dcp__"
 DOC_FORMAT = "lazystore-dcp"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from .errors import UnsupportedDtypeError
+from lazystore.errors import UnsupportedDtypeError
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import FormatError, UnsupportedVersionError
+from lazystore.errors import FormatError, UnsupportedVersionError
 
 MAGIC = b"\x89LZY\r\n\x1a\n"  # like PNG's: catches 7-bit and newline mangling
 FORMAT_MAJOR = 1

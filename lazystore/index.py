@@ -27,13 +27,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import format as fmt
-from .chunking import ChunkGrid
-from .dtypes import BY_CODE
-from .checksum import all_zero, check
-from . import strict_json
-from .errors import FormatError
-from .keys import KeyTable
+from lazystore import format as fmt
+from lazystore.chunking import ChunkGrid
+from lazystore.dtypes import BY_CODE
+from lazystore.checksum import all_zero, check
+from lazystore import strict_json
+from lazystore.errors import FormatError
+from lazystore.keys import KeyTable
 
 MAX_NDIM = 64  # numpy's own limit
 # Rules E7/E8: dims, and sizes computed from them, stay below 2**62, so any

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from .errors import FormatError
+from lazystore.errors import FormatError
 
 # After this many lookups by search, the table is built: searching costs a
 # pass over the text, the table one pass in all.

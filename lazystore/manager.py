@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import api, tree
-from .errors import CheckpointNotFoundError, FormatError, InvalidInputError
-from .sinks import fsync_dir
+from lazystore import api, tree
+from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
+from lazystore.sinks import fsync_dir
 
 MANAGER_KEY = "__lazystore_manager__"
 MANAGER_VERSION = 1

@@ -22,12 +22,12 @@ from functools import partial
 
 import numpy as np
 
-from .checksum import all_zero, check
-from .codecs import CODECS_BY_ID, RAW
-from .errors import ChecksumError, FormatError
-from .index import Entry, Index
-from .parallel import run_all
-from .sources import ByteSource
+from lazystore.checksum import all_zero, check
+from lazystore.codecs import CODECS_BY_ID, RAW
+from lazystore.errors import ChecksumError, FormatError
+from lazystore.index import Entry, Index
+from lazystore.parallel import run_all
+from lazystore.sources import ByteSource
 
 # Consecutive raw chunks are read with one call of up to this many bytes, so
 # a big raw tensor is a few large preads (split for parallelism), not

@@ -23,12 +23,12 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from . import format as fmt
-from . import strict_json
-from .errors import FormatError, InvalidInputError, TensorNotFoundError
-from .sinks import CloseOrAbort, fsync_dir, open_sink
-from .viewbase import ViewBase
-from .writer import Writer
+from lazystore import format as fmt
+from lazystore import strict_json
+from lazystore.errors import FormatError, InvalidInputError, TensorNotFoundError
+from lazystore.sinks import CloseOrAbort, fsync_dir, open_sink
+from lazystore.viewbase import ViewBase
+from lazystore.writer import Writer
 
 INDEX_NAME = "lazystore.index.json"
 HF_INDEX_NAME = "model.safetensors.index.json"
@@ -73,7 +73,7 @@ class ShardedView(ViewBase):
 
     def _check_open(self) -> None:
         if self._closed or any(getattr(v, "_closed", False) for v in self._views):
-            from .errors import ClosedError
+            from lazystore.errors import ClosedError
 
             raise ClosedError(f"checkpoint {self.name!r} is closed")
 
@@ -192,7 +192,7 @@ def _is_file_name(f: str) -> bool:
 
 def open_folder(folder, *, verify: bool = False) -> ShardedView:
     """The view of a sharded folder (lazystore's or Hugging Face's)."""
-    from .formats import open_view
+    from lazystore.formats import open_view
 
     folder = Path(folder)
     ours = folder / INDEX_NAME
@@ -292,7 +292,7 @@ class ShardedWriter(CloseOrAbort):
 
     def add(self, name: str, array, **options) -> None:
         if self._closed:
-            from .errors import ClosedError
+            from lazystore.errors import ClosedError
 
             raise ClosedError(f"writer for {self.folder} is closed")
         if name in self._weight_map:

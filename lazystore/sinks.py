@@ -29,9 +29,9 @@ import warnings
 import weakref
 from pathlib import Path
 
-from . import partials
-from .errors import InvalidInputError
-from .sources import local_path
+from lazystore import partials
+from lazystore.errors import InvalidInputError
+from lazystore.sources import local_path
 
 # Part size of S3 multipart uploads: parts are 32-64 MiB, so the upload holds
 # at most ~100 MiB and, with S3's 10,000 parts, objects reach 312 GiB. The
@@ -49,7 +49,7 @@ def open_sink(path, storage_options=None):
     local = local_path(path)
     if local is not None:
         return LocalSink(Path(local))
-    from .sources.fsspec import url_to_fs
+    from lazystore.sources.fsspec import url_to_fs
 
     options = dict(storage_options or {})
     fs, inner = url_to_fs(path, options)

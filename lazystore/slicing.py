@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 
-from .errors import InvalidIndexError
+from lazystore.errors import InvalidIndexError
 
 
 def selection(index, shape: tuple[int, ...]) -> list[range]:

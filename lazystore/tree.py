@@ -28,10 +28,10 @@ from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 
-from .adapters import torch as torch_adapter
-from .dtypes import spec_for
-from .errors import FormatError, InvalidInputError, UnsupportedDtypeError, UnsupportedVersionError
-from .viewbase import ViewBase
+from lazystore.adapters import torch as torch_adapter
+from lazystore.dtypes import spec_for
+from lazystore.errors import FormatError, InvalidInputError, UnsupportedDtypeError, UnsupportedVersionError
+from lazystore.viewbase import ViewBase
 
 TREE_KEY = "__lazystore_tree__"
 TREE_VERSION = 1

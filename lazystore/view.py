@@ -20,14 +20,14 @@ from functools import partial
 
 import numpy as np
 
-from .codecs import RAW
-from .errors import ClosedError, InvalidInputError, TensorNotFoundError, VerificationUnavailableError
-from .index import Entry, TensorInfo, read_index
-from .parallel import run_all
-from .reader import ChunkReader
-from .slicing import selection
-from .sources import ByteSource, open_source
-from .viewbase import ViewBase
+from lazystore.codecs import RAW
+from lazystore.errors import ClosedError, InvalidInputError, TensorNotFoundError, VerificationUnavailableError
+from lazystore.index import Entry, TensorInfo, read_index
+from lazystore.parallel import run_all
+from lazystore.reader import ChunkReader
+from lazystore.slicing import selection
+from lazystore.sources import ByteSource, open_source
+from lazystore.viewbase import ViewBase
 
 
 class CheckpointView(ViewBase):

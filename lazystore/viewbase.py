@@ -14,7 +14,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Mapping
 
-from .errors import InvalidInputError, TensorNotFoundError
+from lazystore.errors import InvalidInputError, TensorNotFoundError
 
 
 class ViewBase(Mapping):

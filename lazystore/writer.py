@@ -16,14 +16,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from . import format as fmt
-from .checksum import digest
-from .chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
-from .codecs import RAW, codec_for
-from .dtypes import DtypeSpec, spec_for
-from .errors import ClosedError, InvalidInputError
-from .parallel import run_all, start_all
-from .sinks import CloseOrAbort, open_sink
+from lazystore import format as fmt
+from lazystore.checksum import digest
+from lazystore.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
+from lazystore.codecs import RAW, codec_for
+from lazystore.dtypes import DtypeSpec, spec_for
+from lazystore.errors import ClosedError, InvalidInputError
+from lazystore.parallel import run_all, start_all
+from lazystore.sinks import CloseOrAbort, open_sink
 
 _DEFAULT = object()
 # A compressed tensor must save at least this fraction, else it is stored raw

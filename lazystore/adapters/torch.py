@@ -17,7 +17,7 @@ import sys
 import ml_dtypes
 import numpy as np
 
-from ..errors import FormatError, InvalidInputError, MissingDependencyError, UnsupportedDtypeError
+from lazystore.errors import FormatError, InvalidInputError, MissingDependencyError, UnsupportedDtypeError
 
 EXTRA = "pip install 'lazystore[torch]'"
 

@@ -7,10 +7,10 @@ codec's business: they cover the stored bytes and live in ``checksum.py``.
 
 from __future__ import annotations
 
-from ..errors import InvalidInputError
-from .base import Codec
-from .raw import RAW
-from .zstd import ZstdPlanes
+from lazystore.errors import InvalidInputError
+from lazystore.codecs.base import Codec
+from lazystore.codecs.raw import RAW
+from lazystore.codecs.zstd import ZstdPlanes
 
 CODECS_BY_ID: dict[int, Codec] = {RAW.id: RAW, ZstdPlanes.id: ZstdPlanes()}
 

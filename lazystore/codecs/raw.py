@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Codec
+from lazystore.codecs.base import Codec
 
 
 class Raw(Codec):

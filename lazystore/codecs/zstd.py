@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 import zstandard
 
-from ..errors import FormatError
-from ..format import need
-from .base import Codec
+from lazystore.errors import FormatError
+from lazystore.format import need
+from lazystore.codecs.base import Codec
 
 _local = threading.local()
 

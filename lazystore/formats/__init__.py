@@ -19,12 +19,12 @@ checkpoints at all (torch ``.pt`` zips, ``.npz``) are converted by
 
 from __future__ import annotations
 
-from .. import format as fmt
-from ..errors import FormatError
-from ..index import read_index, read_tail
-from ..sources import local_path, open_source
-from ..view import CheckpointView
-from . import safetensors
+from lazystore import format as fmt
+from lazystore.errors import FormatError
+from lazystore.index import read_index, read_tail
+from lazystore.sources import local_path, open_source
+from lazystore.view import CheckpointView
+from lazystore.formats import safetensors
 
 
 def sniff(source) -> tuple[str, object]:
@@ -52,7 +52,7 @@ def open_view(path, *, verify: bool = False, storage_options=None):
     try:
         source = open_source(path, storage_options)
     except IsADirectoryError:  # only local paths can be folders
-        from ..sharded import open_folder
+        from lazystore.sharded import open_folder
 
         return open_folder(local_path(path), verify=verify)
     try:

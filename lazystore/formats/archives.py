@@ -23,11 +23,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from .. import tree
-from ..adapters import torch as torch_adapter
-from ..errors import FormatError, TensorNotFoundError, VerificationUnavailableError
-from ..index import TensorInfo
-from ..viewbase import ViewBase
+from lazystore import tree
+from lazystore.adapters import torch as torch_adapter
+from lazystore.errors import FormatError, TensorNotFoundError, VerificationUnavailableError
+from lazystore.index import TensorInfo
+from lazystore.viewbase import ViewBase
 
 ZIP_MAGIC = b"PK\x03\x04"
 

@@ -37,15 +37,15 @@ from collections.abc import Mapping
 import ml_dtypes
 import numpy as np
 
-from .. import format as fmt
-from ..checksum import digest
-from ..chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
-from ..dtypes import spec_for
-from .. import strict_json
-from ..errors import ClosedError, FormatError, InvalidInputError, UnsupportedDtypeError
-from ..index import Index
-from ..sinks import CloseOrAbort, open_sink
-from ..sources import local_path
+from lazystore import format as fmt
+from lazystore.checksum import digest
+from lazystore.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
+from lazystore.dtypes import spec_for
+from lazystore import strict_json
+from lazystore.errors import ClosedError, FormatError, InvalidInputError, UnsupportedDtypeError
+from lazystore.index import Index
+from lazystore.sinks import CloseOrAbort, open_sink
+from lazystore.sources import local_path
 
 # The safetensors library refuses headers larger than this.
 MAX_HEADER_BYTES = 100_000_000

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 import re
 
-from .base import ByteSource
-from .local import LocalFile
+from lazystore.sources.base import ByteSource
+from lazystore.sources.local import LocalFile
 
 # "scheme://..." or a chained fsspec URL ("simplecache::s3://...").
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*(://|::)")
@@ -47,7 +47,7 @@ def open_source(path, storage_options=None) -> ByteSource:
     local = local_path(path)
     if local is not None:
         return LocalFile(local)
-    from .fsspec import FsspecSource
+    from lazystore.sources.fsspec import FsspecSource
 
     return FsspecSource(path, storage_options)
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import FormatError
+from lazystore.errors import FormatError
 
 
 class ByteSource:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import InvalidInputError, MissingDependencyError, RemoteError
-from .base import ByteSource
-from .ranges import coalesce
+from lazystore.errors import InvalidInputError, MissingDependencyError, RemoteError
+from lazystore.sources.base import ByteSource
+from lazystore.sources.ranges import coalesce
 
 EXTRA = "pip install 'lazystore[remote]'"
 

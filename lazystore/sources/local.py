@@ -5,8 +5,8 @@ import mmap
 import os
 import stat
 
-from ..errors import FormatError
-from .base import ByteSource
+from lazystore.errors import FormatError
+from lazystore.sources.base import ByteSource
 
 
 class LocalFile(ByteSource):
