@@ -1,9 +1,9 @@
 """lazystore: ML checkpoints in one file, opened instantly and read lazily."""
 
 from lazystore.api import load, open, save
-from lazystore.chunking import DEFAULT_CHUNK_BYTES
+from lazystore._core.chunking import DEFAULT_CHUNK_BYTES
 from lazystore.codecs import ZstdPlanes
-from lazystore.dtypes import DTYPES
+from lazystore._core.dtypes import DTYPES
 from lazystore.errors import (
     CheckpointNotFoundError,
     ChecksumError,

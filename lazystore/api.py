@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from functools import partial
 
 from lazystore import formats, tree
-from lazystore.adapters import torch as torch_adapter
+from lazystore._core import torch_arrays as torch_adapter
 from lazystore.view import CheckpointView
 from lazystore.sharded import ShardedWriter
 from lazystore.writer import Writer

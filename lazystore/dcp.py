@@ -53,7 +53,7 @@ from torch.distributed.checkpoint.storage import (
 from torch.futures import Future
 
 from lazystore import dcp_metadata
-from lazystore.adapters import torch as torch_adapter
+from lazystore._core import torch_arrays as torch_adapter
 from lazystore.api import open as ls_open
 from lazystore.codecs import codec_for
 from lazystore.dcp_metadata import DCP_KEY, LazyStorageInfo, item_key

@@ -39,7 +39,7 @@ from torch.distributed.checkpoint.metadata import (
     TensorStorageMetadata,
 )
 
-from lazystore.adapters.torch import _DTYPES as TORCH_DTYPES
+from lazystore._core.torch_arrays import _DTYPES as TORCH_DTYPES
 from lazystore.errors import FormatError, InvalidInputError
 
 DCP_KEY = "__lazystore_dcp__"

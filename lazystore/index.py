@@ -28,12 +28,12 @@ from typing import NamedTuple
 import numpy as np
 
 from lazystore import format as fmt
-from lazystore.chunking import ChunkGrid
-from lazystore.dtypes import BY_CODE
-from lazystore.checksum import all_zero, check
-from lazystore import strict_json
+from lazystore._core.chunking import ChunkGrid
+from lazystore._core.dtypes import BY_CODE
+from lazystore._core.checksum import all_zero, check
+from lazystore._core import strict_json
 from lazystore.errors import FormatError
-from lazystore.keys import KeyTable
+from lazystore._core.keys import KeyTable
 
 MAX_NDIM = 64  # numpy's own limit
 # Rules E7/E8: dims, and sizes computed from them, stay below 2**62, so any

@@ -22,11 +22,11 @@ from functools import partial
 
 import numpy as np
 
-from lazystore.checksum import all_zero, check
+from lazystore._core.checksum import all_zero, check
 from lazystore.codecs import CODECS_BY_ID, RAW
 from lazystore.errors import ChecksumError, FormatError
 from lazystore.index import Entry, Index
-from lazystore.parallel import run_all
+from lazystore._core.parallel import run_all
 from lazystore.sources import ByteSource
 
 # Consecutive raw chunks are read with one call of up to this many bytes, so

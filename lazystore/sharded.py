@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from lazystore import format as fmt
-from lazystore import strict_json
+from lazystore._core import strict_json
 from lazystore.errors import FormatError, InvalidInputError, TensorNotFoundError
 from lazystore.sinks import CloseOrAbort, fsync_dir, open_sink
 from lazystore.viewbase import ViewBase

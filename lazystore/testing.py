@@ -19,7 +19,7 @@ import math
 import numpy as np
 from hypothesis import strategies as st
 
-from lazystore.dtypes import DTYPES
+from lazystore._core.dtypes import DTYPES
 
 __all__ = ["DTYPE_LIST", "FLOAT_DTYPES", "dtypes", "shapes", "arrays", "random_array", "basic_indices",
            "same_bits", "reaches_mmap", "same_tree"]
@@ -207,7 +207,7 @@ def same_tree(a, b, path: str = "") -> None:
     elif type(a) is float:
         assert struct.pack("<d", a) == struct.pack("<d", b), f"{where}: {a!r} != {b!r}"
     elif type(a).__module__.startswith("torch"):
-        from lazystore.adapters import torch as torch_adapter
+        from lazystore._core import torch_arrays as torch_adapter
 
         assert (a.dtype, a.shape, a.device, a.requires_grad) == (b.dtype, b.shape, b.device, b.requires_grad), \
             f"{where}: {a.dtype} {tuple(a.shape)} {a.device} != {b.dtype} {tuple(b.shape)} {b.device}"

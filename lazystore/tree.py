@@ -12,7 +12,7 @@ its schema is specified in docs/format.md (section 11.7). A flat mapping of
 str names to numpy arrays gets no tree at all: it is the file itself.
 
 This module never imports torch: torch tensors are recognised, described and
-converted by ``lazystore.adapters.torch``, which imports torch only when a
+converted by ``lazystore._core.torch_arrays``, which imports torch only when a
 torch tensor has to be made.
 """
 
@@ -28,8 +28,8 @@ from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 
-from lazystore.adapters import torch as torch_adapter
-from lazystore.dtypes import spec_for
+from lazystore._core import torch_arrays as torch_adapter
+from lazystore._core.dtypes import spec_for
 from lazystore.errors import FormatError, InvalidInputError, UnsupportedDtypeError, UnsupportedVersionError
 from lazystore.viewbase import ViewBase
 

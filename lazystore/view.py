@@ -23,9 +23,9 @@ import numpy as np
 from lazystore.codecs import RAW
 from lazystore.errors import ClosedError, InvalidInputError, TensorNotFoundError, VerificationUnavailableError
 from lazystore.index import Entry, TensorInfo, read_index
-from lazystore.parallel import run_all
+from lazystore._core.parallel import run_all
 from lazystore.reader import ChunkReader
-from lazystore.slicing import selection
+from lazystore._core.slicing import selection
 from lazystore.sources import ByteSource, open_source
 from lazystore.viewbase import ViewBase
 

@@ -17,12 +17,12 @@ from collections.abc import Mapping
 import numpy as np
 
 from lazystore import format as fmt
-from lazystore.checksum import digest
-from lazystore.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
+from lazystore._core.checksum import digest
+from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
 from lazystore.codecs import RAW, codec_for
-from lazystore.dtypes import DtypeSpec, spec_for
+from lazystore._core.dtypes import DtypeSpec, spec_for
 from lazystore.errors import ClosedError, InvalidInputError
-from lazystore.parallel import run_all, start_all
+from lazystore._core.parallel import run_all, start_all
 from lazystore.sinks import CloseOrAbort, open_sink
 
 _DEFAULT = object()

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lazystore as ls
-from lazystore.keys import SEARCHES_BEFORE_TABLE, KeyTable
+from lazystore._core.keys import SEARCHES_BEFORE_TABLE, KeyTable
 
 names_strategy = st.lists(st.text(st.characters(blacklist_characters="\0"), max_size=6), max_size=12)
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from lazystore import tree
-from lazystore.adapters import torch as torch_adapter
+from lazystore._core import torch_arrays as torch_adapter
 from lazystore.errors import FormatError, TensorNotFoundError, VerificationUnavailableError
 from lazystore.index import TensorInfo
 from lazystore.viewbase import ViewBase

@@ -38,10 +38,10 @@ import ml_dtypes
 import numpy as np
 
 from lazystore import format as fmt
-from lazystore.checksum import digest
-from lazystore.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
-from lazystore.dtypes import spec_for
-from lazystore import strict_json
+from lazystore._core.checksum import digest
+from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
+from lazystore._core.dtypes import spec_for
+from lazystore._core import strict_json
 from lazystore.errors import ClosedError, FormatError, InvalidInputError, UnsupportedDtypeError
 from lazystore.index import Index
 from lazystore.sinks import CloseOrAbort, open_sink
