@@ -19,11 +19,11 @@ from lazystore.errors import (
     UnsupportedVersionError,
     VerificationUnavailableError,
 )
-from lazystore.format import FORMAT_MAJOR, FORMAT_MINOR
-from lazystore.index import TensorInfo
+from lazystore._native.layout import FORMAT_MAJOR, FORMAT_MINOR
+from lazystore._native.index import TensorInfo
 from lazystore.manager import CheckpointManager
 from lazystore.view import CheckpointView, TensorSlice
-from lazystore.writer import Writer
+from lazystore._native.writer import Writer
 
 __version__ = "0.1.0"
 FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"

@@ -15,7 +15,7 @@ from lazystore import formats, tree
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore.view import CheckpointView
 from lazystore.sharded import ShardedWriter
-from lazystore.writer import Writer
+from lazystore._native.writer import Writer
 
 
 def open(path, *, verify: bool = False, storage_options: Mapping | None = None) -> CheckpointView:  # noqa: A001

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from lazystore import api
 from lazystore.formats import archives
 from lazystore.formats.safetensors import SafetensorsWriter
-from lazystore.writer import Writer
+from lazystore._native.writer import Writer
 
 
 def copy(view, writer, *, compression=None) -> None:

@@ -59,7 +59,7 @@ from lazystore.codecs import codec_for
 from lazystore.dcp_metadata import DCP_KEY, LazyStorageInfo, item_key
 from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
 from lazystore.sources import local_path
-from lazystore.writer import Writer
+from lazystore._native.writer import Writer
 
 METADATA_FILE = "metadata.lzy"
 __all__ = ["METADATA_FILE", "LazyStorageInfo", "LazyStoreReader", "LazyStoreWriter", "rank_file"]

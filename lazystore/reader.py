@@ -25,7 +25,7 @@ import numpy as np
 from lazystore._core.checksum import all_zero, check
 from lazystore.codecs import CODECS_BY_ID, RAW
 from lazystore.errors import ChecksumError, FormatError
-from lazystore.index import Entry, Index
+from lazystore._native.index import Entry, Index
 from lazystore._core.parallel import run_all
 from lazystore.sources import ByteSource
 

@@ -23,12 +23,12 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from lazystore import format as fmt
+from lazystore._native import layout as fmt
 from lazystore._core import strict_json
 from lazystore.errors import FormatError, InvalidInputError, TensorNotFoundError
 from lazystore.sinks import CloseOrAbort, fsync_dir, open_sink
 from lazystore.viewbase import ViewBase
-from lazystore.writer import Writer
+from lazystore._native.writer import Writer
 
 INDEX_NAME = "lazystore.index.json"
 HF_INDEX_NAME = "model.safetensors.index.json"

@@ -57,7 +57,7 @@ from hypothesis import strategies as st
 
 import lazystore as ls
 from lazystore import sharded, tree
-from lazystore.format import TRAILER
+from lazystore._native.layout import TRAILER
 
 EXAMPLES = int(os.environ.get("LAZYSTORE_FUZZ_EXAMPLES", "150"))
 SEED = int(os.environ.get("LAZYSTORE_FUZZ_SEED") or random.SystemRandom().randrange(2**32))

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lazystore as ls
-from lazystore.format import CHUNK_DTYPE, ENTRY_DTYPE, INDEX_HEADER, MAGIC, TRAILER
+from lazystore._native.layout import CHUNK_DTYPE, ENTRY_DTYPE, INDEX_HEADER, MAGIC, TRAILER
 
 ROOT = Path(__file__).resolve().parent.parent
 BANNED = (IndexError, struct.error, MemoryError, OverflowError)

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import lazystore as ls
-from lazystore import format as fmt
+from lazystore._native import layout as fmt
 from lazystore.rangeserver import RangeServer
 from lazystore.sources import LocalFile, is_url, local_path, open_source
 from lazystore.sources.fsspec import MAX_GAP, MAX_REQUEST, FsspecSource

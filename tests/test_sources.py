@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import lazystore as ls
-from lazystore import format as fmt
+from lazystore._native import layout as fmt
 from lazystore.sources import ByteSource
 from lazystore.view import CheckpointView
 

@@ -19,9 +19,9 @@ checkpoints at all (torch ``.pt`` zips, ``.npz``) are converted by
 
 from __future__ import annotations
 
-from lazystore import format as fmt
+from lazystore._native import layout as fmt
 from lazystore.errors import FormatError
-from lazystore.index import read_index, read_tail
+from lazystore._native.index import read_index, read_tail
 from lazystore.sources import local_path, open_source
 from lazystore.view import CheckpointView
 from lazystore.formats import safetensors

@@ -26,7 +26,7 @@ import numpy as np
 from lazystore import tree
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore.errors import FormatError, TensorNotFoundError, VerificationUnavailableError
-from lazystore.index import TensorInfo
+from lazystore._native.index import TensorInfo
 from lazystore.viewbase import ViewBase
 
 ZIP_MAGIC = b"PK\x03\x04"

@@ -37,13 +37,13 @@ from collections.abc import Mapping
 import ml_dtypes
 import numpy as np
 
-from lazystore import format as fmt
+from lazystore._native import layout as fmt
 from lazystore._core.checksum import digest
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
 from lazystore._core.dtypes import spec_for
 from lazystore._core import strict_json
 from lazystore.errors import ClosedError, FormatError, InvalidInputError, UnsupportedDtypeError
-from lazystore.index import Index
+from lazystore._native.index import Index
 from lazystore.sinks import CloseOrAbort, open_sink
 from lazystore.sources import local_path
 

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from lazystore import format as fmt
+from lazystore._native import layout as fmt
 from lazystore._core.chunking import ChunkGrid
 from lazystore._core.dtypes import BY_CODE
 from lazystore._core.checksum import all_zero, check

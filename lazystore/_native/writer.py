@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from lazystore import format as fmt
+from lazystore._native import layout as fmt
 from lazystore._core.checksum import digest
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
 from lazystore.codecs import RAW, codec_for
