@@ -22,7 +22,8 @@ import numpy as np
 
 from lazystore.codecs import RAW
 from lazystore.errors import ClosedError, InvalidInputError, TensorNotFoundError, VerificationUnavailableError
-from lazystore._native.index import Entry, TensorInfo, read_index
+from lazystore._native.index import Entry, TensorInfo
+from lazystore._native.locate import read_index
 from lazystore._core.parallel import run_all
 from lazystore.reader import ChunkReader
 from lazystore._core.slicing import selection

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 import lazystore as ls
-from lazystore._native.index import read_index
+from lazystore._native.locate import read_index
 from lazystore.sources import LocalFile
 from lazystore.testing import arrays, basic_indices, dtypes, random_array, shapes
 

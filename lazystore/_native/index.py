@@ -30,7 +30,6 @@ import numpy as np
 from lazystore._native import layout as fmt
 from lazystore._core.chunking import ChunkGrid
 from lazystore._core.dtypes import BY_CODE
-from lazystore._core.checksum import all_zero, check
 from lazystore._core import strict_json
 from lazystore.errors import FormatError
 from lazystore._core.keys import KeyTable
@@ -133,7 +132,7 @@ class Index:
         # The user's metadata, and lazystore's own reserved entries apart.
         self.metadata = {k: v for k, v in metadata.items() if not k.startswith(fmt.RESERVED_METADATA_PREFIX)}
         self.system_metadata = {k: v for k, v in metadata.items() if k.startswith(fmt.RESERVED_METADATA_PREFIX)}
-        self.index_offset = data_end
+        self.data_end = data_end
         # The format the index was read from ("lazystore", "safetensors"):
         # it decides the layout rule, messages and :meth:`check_head`.
         self.kind = kind
@@ -203,7 +202,7 @@ class Index:
             described = self._described.get(key)
             if described is None:
                 described = self._described[key] = _describe(small, nbytes, count, extent, dims)
-            _check_chunks(described, stored, self.index_offset)
+            _check_chunks(described, stored, self.data_end)
             if sum(stored) != stored_nbytes:
                 raise FormatError("stored size differs from the sum of its chunks")
             padding_end = self._check_place(pos, offset, stored_nbytes, previous)
@@ -217,14 +216,14 @@ class Index:
         """Where the tensor's bytes lie; returns where its padding ends."""
         end = offset + stored_nbytes
         if not self.packed:
-            if end > self.index_offset:
+            if end > self.data_end:
                 raise FormatError("data beyond the end of the file")
             return end
         if previous is None:
             expected = self.data_start
         else:
             expected = fmt.align_up(previous[0] + previous[1], self.alignment)
-        if offset > self.index_offset:
+        if offset > self.data_end:
             raise FormatError("data offset beyond the index")
         if offset < self.data_start:
             raise FormatError("data offset before the data region")
@@ -232,8 +231,8 @@ class Index:
             raise FormatError("data offset is not where the previous tensor ends")
         padding_end = fmt.align_up(end, self.alignment)
         last = pos == self.count - 1
-        if padding_end > self.index_offset or (last and padding_end != self.index_offset):
-            raise FormatError(f"the index starts at {self.index_offset} but the data ends at {padding_end}")
+        if padding_end > self.data_end or (last and padding_end != self.data_end):
+            raise FormatError(f"the index starts at {self.data_end} but the data ends at {padding_end}")
         return padding_end
 
     @property
@@ -246,14 +245,14 @@ class Index:
         is validated whole when it is opened, and nothing else precedes its
         data."""
         if self.kind == "lazystore":
-            check_preamble(source.read(0, self.data_start), self, version)
+            fmt.check_preamble(source.read(0, self.data_start), self.data_start, version)
 
     # -- parsing -------------------------------------------------------------
 
     @classmethod
-    def parse(cls, buf, index_offset: int) -> "Index":
+    def parse(cls, buf, data_end: int) -> "Index":
         raw = fmt.decode_index(buf)
-        return cls(raw, _decode_keys(raw.keys, len(raw.entries)), _decode_metadata(raw.metadata), index_offset)
+        return cls(raw, _decode_keys(raw.keys, len(raw.entries)), _decode_metadata(raw.metadata), data_end)
 
     @classmethod
     def foreign(cls, raw: fmt.RawIndex, names: list[str], metadata: dict, data_end: int, *, kind: str,
@@ -401,53 +400,3 @@ def _decode_metadata(blob: bytes) -> dict:
     if not isinstance(value, dict):
         raise FormatError("corrupt metadata: not a JSON object")
     return value
-
-
-
-
-def read_tail(source) -> tuple[int, memoryview]:
-    """``(start, bytes)`` of the first read of :func:`read_index`: the whole
-    of a mapped file (free), else the last TAIL_READ_BYTES of the source."""
-    size = source.size
-    tail_start = 0 if source.mapped() is not None else max(0, size - fmt.TAIL_READ_BYTES)
-    return tail_start, source.read(tail_start, size)
-
-
-def read_index(source, tail: tuple[int, memoryview] | None = None) -> tuple[Index, tuple[int, int]]:
-    """Find, check and parse a source's index with at most two reads.
-
-    The first read takes the file's tail, which holds the trailer and, for
-    all but huge indexes, the index too; a second read fetches a larger
-    index. The preamble is checked too when it is already at hand (a mapped
-    file, or a file small enough to be in the tail); otherwise ``verify()``
-    checks it. ``tail`` is :func:`read_tail`'s result when the caller has
-    already read it (to tell the format apart), saving the read.
-    """
-    size = source.size
-    smallest = fmt.PREAMBLE.size + fmt.TRAILER.size
-    if size < smallest:
-        raise FormatError(f"not a lazystore file: {size} bytes is shorter than the smallest possible file ({smallest} bytes)")
-    tail_start, tail = tail if tail is not None else read_tail(source)
-    # A wrong magic is best reported from the start.
-    head_version = fmt.decode_preamble(tail) if tail_start == 0 else None
-    trailer = fmt.decode_trailer(tail, size)
-    if trailer.index_offset >= tail_start:
-        lo = trailer.index_offset - tail_start
-        buf = tail[lo : lo + trailer.index_length]
-    else:
-        buf = source.read(trailer.index_offset, trailer.index_offset + trailer.index_length)
-    check(buf, trailer.index_checksum, "index")
-    index = Index.parse(buf, trailer.index_offset)
-    version = (trailer.major, trailer.minor)
-    if head_version is not None:
-        check_preamble(tail, index, version, head_version)
-    return index, version
-
-
-def check_preamble(head, index: Index, version: tuple[int, int], head_version=None) -> None:
-    """The preamble (decoded already when ``head_version`` is given) must
-    match the trailer, and pad with zeros up to the data."""
-    if (head_version or fmt.decode_preamble(head)) != version:
-        raise FormatError("the format versions in the preamble and trailer differ")
-    if not all_zero(head[fmt.PREAMBLE.size : index.data_start]):
-        raise FormatError("padding after the preamble is not zero")

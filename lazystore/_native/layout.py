@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from lazystore._core.checksum import all_zero
 from lazystore.errors import FormatError, UnsupportedVersionError
 
 MAGIC = b"\x89LZY\r\n\x1a\n"  # like PNG's: catches 7-bit and newline mangling
@@ -97,6 +98,15 @@ def decode_preamble(buf) -> tuple[int, int]:
     if reserved:
         raise FormatError("reserved preamble field is not zero")
     return major, minor
+
+
+def check_preamble(head, data_start: int, version: tuple[int, int], head_version=None) -> None:
+    """The preamble (decoded already when ``head_version`` is given) must
+    match the trailer's version, and pad with zeros up to the data."""
+    if (head_version or decode_preamble(head)) != version:
+        raise FormatError("the format versions in the preamble and trailer differ")
+    if not all_zero(head[PREAMBLE.size : data_start]):
+        raise FormatError("padding after the preamble is not zero")
 
 
 # --- trailer --------------------------------------------------------------
