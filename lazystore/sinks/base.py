@@ -1,0 +1,24 @@
+"""What every sink is, and what every writer built on one does in a ``with`` block.
+
+A sink takes a checkpoint's bytes in order (``write``), then either
+publishes them whole at the target (``commit``) or throws them away
+(``abort``, also run if the sink is dropped unfinished). Either way a reader
+of the target sees the previous checkpoint or the new one, never a mix or a
+part. ``closed`` is true once either has run.
+"""
+
+from __future__ import annotations
+
+
+class CloseOrAbort:
+    """``with`` support for writers: close (commit) when the block ends
+    normally, abort (discard everything) when it raises."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
