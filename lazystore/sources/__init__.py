@@ -10,46 +10,8 @@ remote object (:class:`FsspecSource`) fetches many ranges at once with
 ``gs://``, ``http(s)://``, ``memory://``, ...) is read remotely.
 """
 
-from __future__ import annotations
-
-import os
-import re
-
 from lazystore.sources.base import ByteSource
+from lazystore.sources.dispatch import is_url, local_path, open_source
 from lazystore.sources.local import LocalFile
-
-# "scheme://..." or a chained fsspec URL ("simplecache::s3://...").
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*(://|::)")
-
-
-def is_url(path) -> bool:
-    """A URL rather than a local path (only str paths can be URLs)."""
-    # Most paths hold neither "://" nor "::": the substring test spares them
-    # the regex, which costs tens of microseconds from cold caches.
-    return isinstance(path, str) and ("://" in path or "::" in path) and _URL.match(path) is not None
-
-
-def local_path(path):
-    """The local path of ``path`` if it names a local file (a path, or a
-    ``file://`` URL), else None."""
-    if not is_url(path):
-        return os.fspath(path)
-    if path.startswith("file://"):
-        rest = path[len("file://"):]
-        return rest[len("localhost"):] if rest.startswith("localhost/") else rest
-    return None
-
-
-def open_source(path, storage_options=None) -> ByteSource:
-    """The source of a local path or ``file://`` URL (memory-mapped), or of any
-    other fsspec URL (range requests; needs ``lazystore[remote]``).
-    ``storage_options`` go to the fsspec filesystem; local paths ignore them."""
-    local = local_path(path)
-    if local is not None:
-        return LocalFile(local)
-    from lazystore.sources.fsspec import FsspecSource
-
-    return FsspecSource(path, storage_options)
-
 
 __all__ = ["ByteSource", "LocalFile", "is_url", "local_path", "open_source"]
