@@ -22,7 +22,7 @@ from lazystore.errors import (
 from lazystore._native.layout import FORMAT_MAJOR, FORMAT_MINOR
 from lazystore._native.index import TensorInfo
 from lazystore.manager import CheckpointManager
-from lazystore.view import CheckpointView, TensorSlice
+from lazystore.views.checkpoint import CheckpointView, TensorSlice
 from lazystore._native.writer import Writer
 
 __version__ = "0.1.0"

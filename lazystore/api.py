@@ -13,7 +13,7 @@ from functools import partial
 
 from lazystore import formats, tree
 from lazystore._core import torch_arrays as torch_adapter
-from lazystore.view import CheckpointView
+from lazystore.views.checkpoint import CheckpointView
 from lazystore.sharded import ShardedWriter
 from lazystore._native.writer import Writer
 

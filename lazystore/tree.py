@@ -31,7 +31,7 @@ import numpy as np
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore._core.dtypes import spec_for
 from lazystore.errors import FormatError, InvalidInputError, UnsupportedDtypeError, UnsupportedVersionError
-from lazystore.viewbase import ViewBase
+from lazystore.views.base import ViewBase
 
 TREE_KEY = "__lazystore_tree__"
 TREE_VERSION = 1

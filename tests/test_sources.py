@@ -12,7 +12,7 @@ import pytest
 import lazystore as ls
 from lazystore._native import layout as fmt
 from lazystore.sources import ByteSource
-from lazystore.view import CheckpointView
+from lazystore.views.checkpoint import CheckpointView
 
 
 class RecordingSource(ByteSource):

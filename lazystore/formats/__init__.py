@@ -23,7 +23,7 @@ from lazystore._native import layout as fmt
 from lazystore.errors import FormatError
 from lazystore._native.locate import read_index, read_tail
 from lazystore.sources import local_path, open_source
-from lazystore.view import CheckpointView
+from lazystore.views.checkpoint import CheckpointView
 from lazystore.formats import safetensors
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 
+from lazystore.sources.base import ByteSource
 from lazystore.sources.local import LocalFile
 
 # "scheme://..." or a chained fsspec URL ("simplecache::s3://...").

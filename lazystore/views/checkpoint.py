@@ -25,10 +25,10 @@ from lazystore.errors import ClosedError, InvalidInputError, TensorNotFoundError
 from lazystore._native.index import Entry, TensorInfo
 from lazystore._native.locate import read_index
 from lazystore._core.parallel import run_all
-from lazystore.reader import ChunkReader
+from lazystore.views.chunk_reader import ChunkReader
 from lazystore._core.slicing import selection
 from lazystore.sources import ByteSource, open_source
-from lazystore.viewbase import ViewBase
+from lazystore.views.base import ViewBase
 
 
 class CheckpointView(ViewBase):
