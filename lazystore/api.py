@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import partial
 
-from lazystore import formats, tree
+from lazystore.interop.detect import open_file
+from lazystore.interop.sharded import open_folder
+from lazystore import tree
+from lazystore.sources import local_path
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore.views.checkpoint import CheckpointView
-from lazystore.sharded import ShardedWriter
+from lazystore.interop.sharded import ShardedWriter
 from lazystore._native.writer import Writer
 
 
@@ -40,7 +43,10 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None) 
     ``{"key": ..., "secret": ..., "client_kwargs": {"endpoint_url": ...}}``
     for s3fs); local paths ignore them.
     """
-    return formats.open_view(path, verify=verify, storage_options=storage_options)
+    try:
+        return open_file(path, verify=verify, storage_options=storage_options)
+    except IsADirectoryError:  # only local paths can be folders
+        return open_folder(local_path(path), verify=verify)
 
 
 def save(obj, path, *, compression=None, compression_level: int | None = None,

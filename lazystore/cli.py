@@ -26,9 +26,9 @@ import numpy as np
 
 import lazystore as ls
 
-from lazystore.formats import archives
-from lazystore.formats.safetensors import SafetensorsWriter
-from lazystore.sharded import ShardedWriter
+from lazystore.interop import archives
+from lazystore.interop.safetensors import SafetensorsWriter
+from lazystore.interop.sharded import ShardedWriter
 from lazystore.tree import TREE_KEY
 
 PROG = "lazystore"

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import lazystore as ls
-from lazystore import cli, convert
+from lazystore import cli
+from lazystore.interop import convert
 
 torch = pytest.importorskip("torch")
 

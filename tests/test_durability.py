@@ -81,7 +81,7 @@ def test_sharded_save_fsyncs_every_shard_and_the_index(tmp_path, calls):
 
 
 def test_safetensors_save_fsyncs_file_then_folder(tmp_path, calls):
-    from lazystore.formats.safetensors import SafetensorsWriter
+    from lazystore.interop.safetensors import SafetensorsWriter
 
     target = tmp_path / "m.safetensors"
     with SafetensorsWriter(target) as w:

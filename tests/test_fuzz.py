@@ -56,7 +56,8 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 import lazystore as ls
-from lazystore import sharded, tree
+from lazystore.interop import sharded
+from lazystore import tree
 from lazystore._native.layout import TRAILER
 
 EXAMPLES = int(os.environ.get("LAZYSTORE_FUZZ_EXAMPLES", "150"))
@@ -288,7 +289,7 @@ def seeds() -> dict:
 
 def convert_to_safetensors(state, path) -> None:
     """Nested state saved as a safetensors file by lazystore (with its checksums)."""
-    from lazystore.formats.safetensors import SafetensorsWriter
+    from lazystore.interop.safetensors import SafetensorsWriter
 
     structure, leaves = tree.flatten(state)
     with SafetensorsWriter(path, metadata={"step": 2, "note": "x"}) as w:

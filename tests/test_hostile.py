@@ -1117,7 +1117,7 @@ def test_hostile_sharded_index_text(shard_folder, name):
 def test_sharded_index_of_absurd_size(shard_folder):
     # A sparse index file past the 1 GiB limit: refused from its size alone,
     # without reading (or allocating) it.
-    from lazystore import sharded
+    from lazystore.interop import sharded
 
     index_path = shard_folder / "lazystore.index.json"
     with open(index_path, "r+b") as f:

@@ -14,8 +14,8 @@ import safetensors.numpy as stnp
 from safetensors import safe_open
 
 import lazystore as ls
-from lazystore import convert
-from lazystore.formats import safetensors as st
+from lazystore.interop import convert
+from lazystore.interop import safetensors as st
 
 CORPUS = Path(__file__).resolve().parent / "data" / "safetensors"
 

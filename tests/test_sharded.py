@@ -11,7 +11,8 @@ import pytest
 import safetensors.numpy as stnp
 
 import lazystore as ls
-from lazystore import cli, sharded
+from lazystore import cli
+from lazystore.interop import sharded
 
 
 def same(a, b) -> bool:

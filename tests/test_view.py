@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import lazystore as ls
+from lazystore.interop import ShardedWriter
 from lazystore.testing import reaches_mmap, same_bits
 from lazystore.testing import random_array
 
@@ -551,12 +552,12 @@ def test_concurrent_mixed_reads_on_every_kind_of_view(tmp_path, kind, verify):
     p = tmp_path / "ck"
     if kind in ("lazystore", "sharded"):
         w = ls.Writer(p, chunk_bytes=512) if kind == "lazystore" else \
-            ls.sharded.ShardedWriter(p, max_shard_size=20_000, chunk_bytes=512)
+            ShardedWriter(p, max_shard_size=20_000, chunk_bytes=512)
         with w:
             for name, arr in tensors.items():
                 w.add(name, arr, compression=compression.get(name))
     elif kind == "safetensors-lazystore":
-        from lazystore.formats.safetensors import SafetensorsWriter
+        from lazystore.interop.safetensors import SafetensorsWriter
 
         with SafetensorsWriter(p) as w:
             for name, arr in tensors.items():

@@ -258,7 +258,7 @@ class Index:
     def foreign(cls, raw: fmt.RawIndex, names: list[str], metadata: dict, data_end: int, *, kind: str,
                 checksums_known: bool, unverifiable: str | None = None) -> "Index":
         """The index of another format's file, built by its parser (see
-        :mod:`lazystore.formats`) as lazystore's own arrays, and validated
+        :mod:`lazystore.interop`) as lazystore's own arrays, and validated
         by the same rules but the layout one: each tensor's bytes need only
         lie inside ``[0, data_end)``. ``raw.chunks["checksum"]`` is used
         only when ``checksums_known``."""

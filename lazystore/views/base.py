@@ -1,7 +1,7 @@
 """What every lazy view of a checkpoint shares, whatever it reads from.
 
-:class:`~lazystore.view.CheckpointView` (one file), :class:`~lazystore.sharded.ShardedView`
-(a folder of shards) and :class:`~lazystore.formats.archives.ArraysView`
+:class:`~lazystore.views.checkpoint.CheckpointView` (one file), :class:`~lazystore.views.sharded.ShardedView`
+(a folder of shards) and :class:`~lazystore.views.arrays.ArraysView`
 (tensors of a torch or npz archive, for conversion) are all Mappings of
 names to arrays with ``info``, ``get_slice``, ``select``, ``verify``,
 ``load``, ``metadata``, ``system_metadata`` and ``close``. Code that takes

@@ -42,7 +42,7 @@ class CheckpointView(ViewBase):
         """``index_reader(source)`` gives the source's validated
         :class:`~lazystore.index.Index` and format version: lazystore's own
         by default, another format's parser for foreign files (see
-        :mod:`lazystore.formats`). Nothing after it depends on the format."""
+        :mod:`lazystore.interop`). Nothing after it depends on the format."""
         self._source = source
         try:
             self._index, self.format_version = index_reader(source)

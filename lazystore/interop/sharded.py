@@ -7,8 +7,8 @@ the shard that holds it:
   ... (see docs/format.md, "Sharded folders");
 - Hugging Face's: ``model.safetensors.index.json`` beside safetensors shards.
 
-:func:`open_folder` opens every shard (each by content, as ``ls.open``
-does) and gives a :class:`ShardedView`: the same interface as a one-file
+:func:`open_folder` opens every shard as a file (each by content, as
+``ls.open`` does) and gives a :class:`ShardedView`: the same interface as a one-file
 view, over all the shards. :class:`ShardedWriter` writes a lazystore sharded
 folder: shards first (each atomic), the index last (atomic), and shards of
 an older save that the new index does not name removed only after it.
@@ -27,6 +27,7 @@ from lazystore._native import layout as fmt
 from lazystore._core import strict_json
 from lazystore.errors import FormatError, InvalidInputError
 from lazystore.sinks import CloseOrAbort, fsync_dir, open_sink
+from lazystore.interop.detect import open_file
 from lazystore.views.sharded import ShardedView
 from lazystore._native.writer import Writer
 
@@ -82,8 +83,6 @@ def _is_file_name(f: str) -> bool:
 
 def open_folder(folder, *, verify: bool = False) -> ShardedView:
     """The view of a sharded folder (lazystore's or Hugging Face's)."""
-    from lazystore.formats import open_view
-
     folder = Path(folder)
     ours = folder / INDEX_NAME
     index_path = ours if ours.is_file() else folder / HF_INDEX_NAME
@@ -110,7 +109,7 @@ def open_folder(folder, *, verify: bool = False) -> ShardedView:
             path = folder / f
             if not path.is_file():
                 raise FormatError(f"{index_path}: shard {f} is missing")
-            view = open_view(path, verify=verify)
+            view = open_file(path, verify=verify)
             views.append(view)
             if save_id is not None:
                 mark = view.system_metadata.get(SHARD_KEY)

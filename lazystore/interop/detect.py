@@ -1,4 +1,4 @@
-"""Which format a checkpoint is in, decided in one place: :func:`open_view`.
+"""Which format a checkpoint file is in, decided in one place: :func:`sniff`.
 
 Data flows the same way whatever the format: a source gives bytes, the
 format's parser turns its header into a validated
@@ -6,15 +6,14 @@ format's parser turns its header into a validated
 reads, checks and decodes chunks from that index alone. A format module
 only parses and writes headers:
 
-- lazystore files: :func:`lazystore.index.read_index`;
-- safetensors files: :mod:`lazystore.formats.safetensors`;
-- folders of shards (lazystore's ``lazystore.index.json`` or Hugging Face's
-  ``model.safetensors.index.json``): :mod:`lazystore.sharded`, one view over
-  the views of its shards.
+- lazystore files: :func:`lazystore._native.locate.read_index`;
+- safetensors files: :mod:`lazystore.interop.safetensors`.
 
-The format is told by content, never by extension. Files that are not
-checkpoints at all (torch ``.pt`` zips, ``.npz``) are converted by
-:mod:`lazystore.convert`.
+The format is told by content, never by extension. Folders of shards are
+opened by :mod:`lazystore.interop.sharded`, each shard with
+:func:`open_file`; :func:`lazystore.open` tells folders from files. Files
+that are not checkpoints at all (torch ``.pt`` zips, ``.npz``) are read
+for conversion by :mod:`lazystore.interop.archives`.
 """
 
 from __future__ import annotations
@@ -22,9 +21,9 @@ from __future__ import annotations
 from lazystore._native import layout as fmt
 from lazystore.errors import FormatError
 from lazystore._native.locate import read_index, read_tail
-from lazystore.sources import local_path, open_source
+from lazystore.sources import open_source
 from lazystore.views.checkpoint import CheckpointView
-from lazystore.formats import safetensors
+from lazystore.interop import safetensors
 
 
 def sniff(source) -> tuple[str, object]:
@@ -45,16 +44,11 @@ def sniff(source) -> tuple[str, object]:
     raise FormatError(f"not a lazystore or safetensors file ({source.size} bytes, starting {head[:8]!r})")
 
 
-def open_view(path, *, verify: bool = False, storage_options=None):
-    """Open any checkpoint lazystore reads, as a lazy view: a lazystore or
-    safetensors file (local: memory-mapped; any fsspec URL: range requests),
-    or a local folder of shards."""
-    try:
-        source = open_source(path, storage_options)
-    except IsADirectoryError:  # only local paths can be folders
-        from lazystore.sharded import open_folder
-
-        return open_folder(local_path(path), verify=verify)
+def open_file(path, *, verify: bool = False, storage_options=None) -> CheckpointView:
+    """Open a lazystore or safetensors file as a lazy view (local: memory-mapped;
+    any fsspec URL: range requests). A local folder raises IsADirectoryError,
+    told from the open file descriptor without a second lookup of the path."""
+    source = open_source(path, storage_options)
     try:
         _, reader = sniff(source)
     except BaseException:
@@ -63,4 +57,4 @@ def open_view(path, *, verify: bool = False, storage_options=None):
     return CheckpointView(source, verify=verify, index_reader=reader)
 
 
-__all__ = ["open_view", "sniff"]
+__all__ = ["open_file", "sniff"]

@@ -5,7 +5,7 @@ largest tensor:
 
 - :func:`to_safetensors`: any checkpoint lazystore opens -> a safetensors
   file (uncompressed; lazystore's checksums and metadata kept in
-  ``__metadata__``, see :mod:`lazystore.formats.safetensors`).
+  ``__metadata__``, see :mod:`lazystore.interop.safetensors`).
 - :func:`from_safetensors`: a safetensors file -> lazystore. (Any view
   works: ``ls.open`` reads safetensors directly.)
 - :func:`from_torch`: a torch zip (``.pt``/``.pth``/``.bin``) -> lazystore,
@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lazystore import api
-from lazystore.formats import archives
-from lazystore.formats.safetensors import SafetensorsWriter
+from lazystore.interop import archives
+from lazystore.interop.safetensors import SafetensorsWriter
 from lazystore._native.writer import Writer
 
 
