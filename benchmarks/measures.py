@@ -404,7 +404,7 @@ def remote(ctx: Context) -> list[Result]:
     import fsspec
 
     import lazystore as ls
-    from lazystore.rangeserver import RangeServer
+    from lazystore.testing.rangeserver import RangeServer
 
     paths = _remote_files(ctx)
     maps = {}
@@ -478,7 +478,7 @@ def dcp(ctx: Context) -> list[Result]:
 
     import lazystore as ls
     from lazystore.dcp import LazyStoreReader, LazyStoreWriter, rank_file
-    from lazystore.rangeserver import RangeServer
+    from lazystore.testing.rangeserver import RangeServer
 
     warnings.filterwarnings("ignore", module="torch.distributed")
     tensors = workloads.checkpoint(min(ctx.scale.layers, DCP_LAYERS), seed=5)

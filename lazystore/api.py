@@ -13,7 +13,7 @@ from functools import partial
 
 from lazystore.interop.detect import open_file
 from lazystore.interop.sharded import open_folder
-from lazystore import tree
+from lazystore.training import tree
 from lazystore.sources import local_path
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore.views.checkpoint import CheckpointView

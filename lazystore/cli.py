@@ -29,7 +29,7 @@ import lazystore as ls
 from lazystore.interop import archives
 from lazystore.interop.safetensors import SafetensorsWriter
 from lazystore.interop.sharded import ShardedWriter
-from lazystore.tree import TREE_KEY
+from lazystore.training.tree import TREE_KEY
 
 PROG = "lazystore"
 

@@ -25,7 +25,7 @@ dcp = pytest.importorskip("torch.distributed.checkpoint")
 from torch.distributed.checkpoint.api import CheckpointException
 
 import lazystore as ls
-from lazystore import dcp_metadata
+from lazystore.dcp import metadata as dcp_metadata
 from lazystore.dcp import METADATA_FILE, LazyStoreReader, LazyStoreWriter, rank_file
 
 WORKER = Path(__file__).with_name("dcp_worker.py")

@@ -57,7 +57,7 @@ from hypothesis import strategies as st
 
 import lazystore as ls
 from lazystore.interop import sharded
-from lazystore import tree
+from lazystore.training import tree
 from lazystore._native.layout import TRAILER
 
 EXAMPLES = int(os.environ.get("LAZYSTORE_FUZZ_EXAMPLES", "150"))

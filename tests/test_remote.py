@@ -26,10 +26,10 @@ import pytest
 
 import lazystore as ls
 from lazystore._native import layout as fmt
-from lazystore.rangeserver import RangeServer
+from lazystore.testing.rangeserver import RangeServer
 from lazystore.sources import LocalFile, is_url, local_path, open_source
 from lazystore.sources.fsspec import MAX_GAP, MAX_REQUEST, FsspecSource
-from lazystore.testing import reaches_mmap, same_tree
+from lazystore.testing.strategies import reaches_mmap, same_tree
 
 SHAPE = (256, 128)  # 128 KiB of float32: wider than the merge gap, so non-neighbours stay apart
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import lazystore as ls
-from lazystore.testing import same_tree
+from lazystore.testing.strategies import same_tree
 
 SCRIPT = Path(__file__).with_name("resume_train.py")
 N = 7  # odd: the checkpoint falls mid-epoch and mid-way through a StepLR period

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import lazystore as ls
 from lazystore._native.locate import read_index
 from lazystore.sources import LocalFile
-from lazystore.testing import arrays, basic_indices, dtypes, random_array, shapes
+from lazystore.testing.strategies import arrays, basic_indices, dtypes, random_array, shapes
 
 # Biased towards small chunks so that most tensors have many of them.
 CHUNK_BYTES = st.one_of(st.integers(16, 128), st.integers(16, 4096))

@@ -12,8 +12,8 @@ import pytest
 
 import lazystore as ls
 from lazystore.interop import ShardedWriter
-from lazystore.testing import reaches_mmap, same_bits
-from lazystore.testing import random_array
+from lazystore.testing.strategies import reaches_mmap, same_bits
+from lazystore.testing.strategies import random_array
 
 
 

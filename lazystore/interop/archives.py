@@ -22,7 +22,7 @@ import zipfile
 
 import numpy as np
 
-from lazystore import tree
+from lazystore.training import tree
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore.errors import FormatError
 from lazystore._native.index import TensorInfo

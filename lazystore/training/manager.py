@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lazystore import api, tree
+from lazystore import api
+from lazystore.training import tree
 from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
 from lazystore.sinks import fsync_dir
 

@@ -1,31 +1,5 @@
-"""lazystore as a storage backend for :mod:`torch.distributed.checkpoint` (DCP).
-
->>> import torch.distributed.checkpoint as dcp                      # doctest: +SKIP
->>> from lazystore.dcp import LazyStoreWriter, LazyStoreReader
->>> dcp.save(state_dict, storage_writer=LazyStoreWriter("ckpt", compression="zstd"))
->>> dcp.load(state_dict, storage_reader=LazyStoreReader("ckpt"))
-
-A checkpoint is a folder (or an fsspec URL prefix) of lazystore files only:
-
-- ``rank-00000.lzy``, ``rank-00001.lzy``, ...: each rank streams the items
-  DCP plans for it into its own file, one tensor per item, named by
-  :func:`~lazystore.dcp_metadata.item_key` (``fqn[offsets]`` for a tensor
-  chunk, ``fqn`` for a bytes item, stored as a uint8 tensor).
-- ``metadata.lzy``: written last by the coordinator, it holds no tensors,
-  only DCP's ``Metadata`` as JSON in the reserved metadata member
-  ``__lazystore_dcp__`` (see :mod:`lazystore.dcp_metadata`). Its presence
-  marks a complete checkpoint.
-
-Reading opens each rank file once (its index only) and reads just the part of
-each saved chunk a ``ReadItem`` asks for, through ``get_slice``: a view of the
-memory map for raw tensors, only the touched chunks decoded for compressed
-ones, range requests for a URL.
-
-This layer never unpickles anything. DCP itself serialises non-tensor items
-(ints, dicts, ...) with ``torch.save`` into bytes; lazystore stores those bytes
-as they are and hands them back to the load planner, whose ``load_bytes``
-(DCP's own code) calls ``torch.load`` on them.
-"""
+"""LazyStoreWriter and LazyStoreReader: DCP's StorageWriter and StorageReader
+over lazystore files (the layout is described in :mod:`lazystore.dcp`)."""
 
 from __future__ import annotations
 
@@ -52,11 +26,11 @@ from torch.distributed.checkpoint.storage import (
 )
 from torch.futures import Future
 
-from lazystore import dcp_metadata
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore.api import open as ls_open
 from lazystore.codecs import codec_for
-from lazystore.dcp_metadata import DCP_KEY, LazyStorageInfo, item_key
+from lazystore.dcp import metadata as metadata_json
+from lazystore.dcp.metadata import DCP_KEY, LazyStorageInfo, item_key
 from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
 from lazystore.sources import local_path
 from lazystore._native.writer import Writer
@@ -218,7 +192,7 @@ class LazyStoreWriter(StorageWriter):
             from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION
 
             metadata.version = CURRENT_DCP_VERSION
-        doc = dcp_metadata.encode(metadata, self.save_id)
+        doc = metadata_json.encode(metadata, self.save_id)
         name = _metadata_file(self.rank if not self.use_collectives and self.rank is not None else None)
         with Writer(_join(self.path, name), storage_options=self.storage_options or None) as w:
             w.system_metadata[DCP_KEY] = doc
@@ -268,7 +242,7 @@ class LazyStoreReader(StorageReader):
             doc = ck.system_metadata.get(DCP_KEY)
         if doc is None:
             raise FormatError(f"{path} holds no DCP metadata")
-        metadata, self.save_id = dcp_metadata.decode(doc)
+        metadata, self.save_id = metadata_json.decode(doc)
         if metadata.storage_meta is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id

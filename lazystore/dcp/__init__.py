@@ -1,0 +1,32 @@
+"""lazystore as a storage backend for :mod:`torch.distributed.checkpoint` (DCP).
+
+>>> import torch.distributed.checkpoint as dcp                      # doctest: +SKIP
+>>> from lazystore.dcp import LazyStoreWriter, LazyStoreReader
+>>> dcp.save(state_dict, storage_writer=LazyStoreWriter("ckpt", compression="zstd"))
+>>> dcp.load(state_dict, storage_reader=LazyStoreReader("ckpt"))
+
+A checkpoint is a folder (or an fsspec URL prefix) of lazystore files only:
+
+- ``rank-00000.lzy``, ``rank-00001.lzy``, ...: each rank streams the items
+  DCP plans for it into its own file, one tensor per item, named by
+  :func:`~lazystore.dcp.metadata.item_key` (``fqn[offsets]`` for a tensor
+  chunk, ``fqn`` for a bytes item, stored as a uint8 tensor).
+- ``metadata.lzy``: written last by the coordinator, it holds no tensors,
+  only DCP's ``Metadata`` as JSON in the reserved metadata member
+  ``__lazystore_dcp__`` (see :mod:`lazystore.dcp.metadata`). Its presence
+  marks a complete checkpoint.
+
+Reading opens each rank file once (its index only) and reads just the part of
+each saved chunk a ``ReadItem`` asks for, through ``get_slice``: a view of the
+memory map for raw tensors, only the touched chunks decoded for compressed
+ones, range requests for a URL.
+
+This layer never unpickles anything. DCP itself serialises non-tensor items
+(ints, dicts, ...) with ``torch.save`` into bytes; lazystore stores those bytes
+as they are and hands them back to the load planner, whose ``load_bytes``
+(DCP's own code) calls ``torch.load`` on them.
+"""
+
+from lazystore.dcp.storage import METADATA_FILE, LazyStorageInfo, LazyStoreReader, LazyStoreWriter, rank_file
+
+__all__ = ["METADATA_FILE", "LazyStorageInfo", "LazyStoreReader", "LazyStoreWriter", "rank_file"]
