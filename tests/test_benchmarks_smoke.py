@@ -7,8 +7,8 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 
 # The targets, by their ids in benchmarks.json.
 TARGETS = {

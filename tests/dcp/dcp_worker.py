@@ -1,12 +1,13 @@
-"""One rank of tests/test_dcp.py's 2-process run: gloo on 127.0.0.1, CPU only.
+"""One rank of tests/dcp/test_dcp.py's 2-process run: gloo on 127.0.0.1, CPU only.
 
-python tests/dcp_worker.py RANK PORT OUT_DIR
+python tests/dcp/dcp_worker.py RANK PORT OUT_DIR
 
 Saves the same DTensor state dict three ways (raw, zstd, dcp.async_save), loads
 each back on the same 2 ranks (and the raw one resharded to other placements),
 checks every value bit-exactly, and writes OUT_DIR/ok-RANK when all is well.
 """
 
+from pathlib import Path
 import os
 import sys
 import warnings
@@ -38,7 +39,7 @@ def main(rank: int, port: int, out: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
     from lazystore.dcp import LazyStoreReader, LazyStoreWriter
 
     warnings.simplefilter("ignore")

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import xxhash
 import zstandard
+from tests.paths import DATA, FORMAT_SPEC
 
 # ----------------------------------------------------------------------------
 # The reader (docs/format.md only)
@@ -275,7 +276,7 @@ def spec_load(path) -> tuple[dict[str, np.ndarray], dict]:
 # ----------------------------------------------------------------------------
 
 ls = pytest.importorskip("lazystore")
-DOC = Path(__file__).resolve().parents[1] / "docs" / "format.md"
+DOC = FORMAT_SPEC
 
 
 def assert_same(ours: dict, theirs: dict) -> None:
@@ -485,7 +486,7 @@ def test_both_readers_refuse_corruption(tmp_path):
 
 
 def test_reads_the_golden_file():
-    golden = Path(__file__).parent / "data" / "golden_v1.lzy"
+    golden = DATA / "golden_v1.lzy"
     if not golden.exists():
         pytest.skip("no golden file")
     with SpecFile(golden) as f:

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import lazystore as ls
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def same_bits(a, b) -> bool:

@@ -1,6 +1,6 @@
 """lazystore as a torch.distributed.checkpoint storage backend (lazystore.dcp).
 
-The 2-rank run (tests/dcp_worker.py: gloo on 127.0.0.1, two processes started
+The 2-rank run (tests/dcp/dcp_worker.py: gloo on 127.0.0.1, two processes started
 here) saves DTensors -- Shard(0), Shard(1), Replicate(), a bf16 tensor -- and
 non-tensor items raw, with zstd and with dcp.async_save, and loads them back on
 the same 2 ranks, also resharded. The tests below then load those checkpoints

@@ -59,12 +59,13 @@ import lazystore as ls
 from lazystore.interop import sharded
 from lazystore.training import tree
 from lazystore._native.layout import TRAILER
+from tests.paths import DATA
 
 EXAMPLES = int(os.environ.get("LAZYSTORE_FUZZ_EXAMPLES", "150"))
 SEED = int(os.environ.get("LAZYSTORE_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
 CRASH_DIR = os.environ.get("LAZYSTORE_FUZZ_CRASH_DIR")
 PEAK_LIMIT = 64 << 20
-REGRESSIONS = Path(__file__).resolve().parent / "data" / "fuzz_regressions"
+REGRESSIONS = DATA / "fuzz_regressions"
 
 FUZZ = settings(
     max_examples=EXAMPLES,

@@ -1,4 +1,4 @@
-"""A real (tiny) training run that checkpoints and resumes; driven by tests/test_resume.py.
+"""A real (tiny) training run that checkpoints and resumes; driven by tests/training/test_resume.py.
 
     python resume_train.py full   --steps 2N --out full.lzy
     python resume_train.py first  --steps N  --ckdir ckpts [--every K]

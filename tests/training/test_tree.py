@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import lazystore as ls
 from lazystore.training import tree
 from lazystore.testing.strategies import DTYPE_LIST, random_array, reaches_mmap, same_bits, same_tree
+from tests.paths import FORMAT_SPEC
 
 
 def roundtrip(obj, tmp_path, **kw):
@@ -693,7 +694,7 @@ def test_python_values_are_structure_not_array_likes(tmp_path):
 
 def test_format_spec_example_is_what_lazystore_writes(tmp_path):
     """docs/format.md section 11.7: the example state gives the tensors and the tree shown."""
-    doc = (__import__("pathlib").Path(__file__).resolve().parents[1] / "docs" / "format.md").read_text()
+    doc = FORMAT_SPEC.read_text()
     section = doc[doc.index("### 11.7"):doc.index("### 11.8")]
     example = section[section.index("**Example.**"):]
     code = example.split("```python\n")[1].split("```")[0]

@@ -31,8 +31,9 @@ from hypothesis import strategies as st
 
 import lazystore as ls
 from lazystore._native.layout import CHUNK_DTYPE, ENTRY_DTYPE, INDEX_HEADER, MAGIC, TRAILER
+from tests.paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 BANNED = (IndexError, struct.error, MemoryError, OverflowError)
 PEAK_LIMIT = 50 << 20
 HEADER_FIELDS = (

@@ -273,7 +273,7 @@ def test_not_a_lazystore_file(tmp_path, content):
 
 
 def test_safetensors_files_now_open(tmp_path):
-    # ls.open reads safetensors too (tests/test_safetensors.py); once refused here.
+    # ls.open reads safetensors too (tests/interop/test_safetensors.py); once refused here.
     path = write(tmp_path / "other.bin", safetensors_like())
     with ls.open(path) as ck:
         assert ck.format == "safetensors" and ck["w"].tolist() == [[0, 1, 2], [3, 4, 5]]

@@ -15,8 +15,8 @@ import pytest
 
 import lazystore as ls
 from lazystore import cli
+from tests.paths import REPO
 
-REPO = Path(ls.__file__).resolve().parent.parent
 
 
 def make_tensors():

@@ -16,8 +16,9 @@ from safetensors import safe_open
 import lazystore as ls
 from lazystore.interop import convert
 from lazystore.interop import safetensors as st
+from tests.paths import DATA
 
-CORPUS = Path(__file__).resolve().parent / "data" / "safetensors"
+CORPUS = DATA / "safetensors"
 
 
 def minilm() -> Path:

@@ -21,8 +21,9 @@ import pytest
 import zstandard
 
 import lazystore as ls
+from tests.paths import DATA
 
-GOLDEN = Path(__file__).parent / "data" / "golden_v1.lzy"
+GOLDEN = DATA / "golden_v1.lzy"
 GOLDEN_SHA256 = "31b0449b421b8226079e88630ea30ced97dd6b1fe4d9f94933ab19c72e96e6b3"
 GOLDEN_SIZE = 832
 GOLDEN_ZSTD = (1, 5, 7)  # the libzstd that compressed the "zeros" tensor

@@ -1,5 +1,5 @@
 """A training run checkpointed at step N and resumed in a fresh process ends
-bit-identical to an uninterrupted run (tests/resume_train.py is the run)."""
+bit-identical to an uninterrupted run (tests/training/resume_train.py is the run)."""
 
 from __future__ import annotations
 
