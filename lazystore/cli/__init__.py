@@ -1,0 +1,5 @@
+"""The ``lazystore`` command line (also ``python -m lazystore``)."""
+
+from lazystore.cli.main import main
+
+__all__ = ["main"]
