@@ -1,8 +1,15 @@
-"""The one table of dtypes the format can store.
+"""The one table of dtypes: every spelling of every dtype lazystore stores.
 
-Each dtype has a stable one-byte code (written in the index, so codes are
-part of the format and never change meaning) and a name (used in messages,
-the CLI and docs). bfloat16 and the float8 types come from ml_dtypes.
+Each row gives a dtype's one-byte code (written in the index, so codes are
+part of the format and never change meaning), lazystore's name for it (used
+in messages, the CLI and docs), its numpy dtype, safetensors' name ("BF16"),
+and torch's name with how to reinterpret it where torch and numpy cannot
+exchange it directly. Every other layer derives its lookups from this table:
+adding a dtype is one row here.
+
+bfloat16 and the float8 types come from ml_dtypes; torch has no numpy dtype
+for them, so their tensors cross over through a same-sized integer view
+(``t.view(torch.int16).numpy().view(bfloat16)``).
 """
 
 from __future__ import annotations
@@ -17,57 +24,67 @@ from lazystore.errors import UnsupportedDtypeError
 
 @dataclass(frozen=True)
 class DtypeSpec:
-    code: int
-    name: str
+    code: int  # the format's dtype code (docs/format.md, "Dtypes")
+    name: str  # lazystore's name, also torch's (torch.<name>) where torch has the dtype
     dtype: np.dtype  # little-endian
     is_float: bool
+    safetensors: str | None  # safetensors' dtype string, None where it has none
+    torch_via: str | None  # torch integer dtype to reinterpret through, None where from_numpy works
 
 
-def _spec(code: int, name: str, dtype, is_float: bool) -> DtypeSpec:
-    return DtypeSpec(code, name, np.dtype(dtype).newbyteorder("<"), is_float)
+def _row(code: int, name: str, dtype, is_float: bool, safetensors: str | None,
+         torch_via: str | None = None) -> DtypeSpec:
+    return DtypeSpec(code, name, np.dtype(dtype).newbyteorder("<"), is_float, safetensors, torch_via)
 
 
 # Codes are written to disk: append new dtypes, never renumber.
 DTYPES: tuple[DtypeSpec, ...] = (
-    _spec(1, "bool", np.bool_, False),
-    _spec(2, "int8", np.int8, False),
-    _spec(3, "int16", np.int16, False),
-    _spec(4, "int32", np.int32, False),
-    _spec(5, "int64", np.int64, False),
-    _spec(6, "uint8", np.uint8, False),
-    _spec(7, "uint16", np.uint16, False),
-    _spec(8, "uint32", np.uint32, False),
-    _spec(9, "uint64", np.uint64, False),
-    _spec(10, "float16", np.float16, True),
-    _spec(11, "float32", np.float32, True),
-    _spec(12, "float64", np.float64, True),
-    _spec(13, "complex64", np.complex64, True),
-    _spec(14, "complex128", np.complex128, True),
-    _spec(15, "bfloat16", ml_dtypes.bfloat16, True),
-    _spec(16, "float8_e4m3fn", ml_dtypes.float8_e4m3fn, True),
-    _spec(17, "float8_e5m2", ml_dtypes.float8_e5m2, True),
+    _row(1, "bool", np.bool_, False, "BOOL"),
+    _row(2, "int8", np.int8, False, "I8"),
+    _row(3, "int16", np.int16, False, "I16"),
+    _row(4, "int32", np.int32, False, "I32"),
+    _row(5, "int64", np.int64, False, "I64"),
+    _row(6, "uint8", np.uint8, False, "U8"),
+    _row(7, "uint16", np.uint16, False, "U16"),
+    _row(8, "uint32", np.uint32, False, "U32"),
+    _row(9, "uint64", np.uint64, False, "U64"),
+    _row(10, "float16", np.float16, True, "F16"),
+    _row(11, "float32", np.float32, True, "F32"),
+    _row(12, "float64", np.float64, True, "F64"),
+    _row(13, "complex64", np.complex64, True, "C64"),
+    _row(14, "complex128", np.complex128, True, None),
+    _row(15, "bfloat16", ml_dtypes.bfloat16, True, "BF16", torch_via="int16"),
+    _row(16, "float8_e4m3fn", ml_dtypes.float8_e4m3fn, True, "F8_E4M3", torch_via="uint8"),
+    _row(17, "float8_e5m2", ml_dtypes.float8_e5m2, True, "F8_E5M2", torch_via="uint8"),
 )
 
 BY_CODE: dict[int, DtypeSpec] = {d.code: d for d in DTYPES}
-BY_NAME: dict[str, DtypeSpec] = {d.name: d for d in DTYPES}
-# Keyed by the native-order dtype: np.dtype equality ignores nothing, so a
+# Every dtype of the table is also a torch dtype of the same name.
+BY_TORCH_NAME: dict[str, DtypeSpec] = {d.name: d for d in DTYPES}
+BY_SAFETENSORS: dict[str, DtypeSpec] = {d.safetensors: d for d in DTYPES if d.safetensors}
+# Keyed by the little-endian dtype: np.dtype equality ignores nothing, so a
 # big-endian float32 is looked up after normalising its byte order.
 _BY_DTYPE: dict[np.dtype, DtypeSpec] = {d.dtype: d for d in DTYPES}
 
-# Vectorised lookups for index validation: code -> itemsize (0 = unknown).
-ITEMSIZE_BY_CODE = np.zeros(256, dtype=np.uint64)
-for _d in DTYPES:
-    ITEMSIZE_BY_CODE[_d.code] = _d.dtype.itemsize
 
-
-def spec_for(dtype: np.dtype) -> DtypeSpec:
-    """The format's spec for a numpy dtype (any byte order)."""
+def lookup(dtype) -> DtypeSpec | None:
+    """The table's row for a numpy dtype (any byte order), or None."""
     dtype = np.dtype(dtype)
-    key = dtype.newbyteorder("<") if dtype.byteorder in "<>=" else dtype
-    spec = _BY_DTYPE.get(key)
+    return _BY_DTYPE.get(dtype.newbyteorder("<") if dtype.byteorder in "<>=" else dtype)
+
+
+def spec_for(dtype) -> DtypeSpec:
+    """The table's row for a numpy dtype (any byte order); a dtype the format
+    cannot store raises UnsupportedDtypeError listing those it can."""
+    spec = lookup(dtype)
     if spec is None:
         supported = ", ".join(d.name for d in DTYPES)
-        raise UnsupportedDtypeError(
-            f"dtype {dtype} cannot be stored; supported dtypes: {supported}"
-        )
+        raise UnsupportedDtypeError(f"dtype {np.dtype(dtype)} cannot be stored; supported dtypes: {supported}")
     return spec
+
+
+def dtype_name(dtype) -> str:
+    """lazystore's name of a numpy dtype ("float32", "bfloat16", ...), or
+    numpy's for a dtype outside the table."""
+    spec = lookup(dtype)
+    return spec.name if spec is not None else str(np.dtype(dtype))

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import sys
 
-import ml_dtypes
 import numpy as np
 
+from lazystore._core.dtypes import BY_TORCH_NAME, lookup
 from lazystore.errors import FormatError, InvalidInputError, MissingDependencyError, UnsupportedDtypeError
 
 EXTRA = "pip install 'lazystore[torch]'"
@@ -39,32 +39,15 @@ def require():
     return torch
 
 
-# torch dtype name -> (numpy dtype, name of the same-sized torch int dtype to
-# reinterpret through, or None when torch.from_numpy / .numpy() handle it).
-_DTYPES = {
-    "bool": (np.bool_, None),
-    "int8": (np.int8, None),
-    "int16": (np.int16, None),
-    "int32": (np.int32, None),
-    "int64": (np.int64, None),
-    "uint8": (np.uint8, None),
-    "uint16": (np.uint16, None),
-    "uint32": (np.uint32, None),
-    "uint64": (np.uint64, None),
-    "float16": (np.float16, None),
-    "float32": (np.float32, None),
-    "float64": (np.float64, None),
-    "complex64": (np.complex64, None),
-    "complex128": (np.complex128, None),
-    "bfloat16": (ml_dtypes.bfloat16, "int16"),
-    "float8_e4m3fn": (ml_dtypes.float8_e4m3fn, "uint8"),
-    "float8_e5m2": (ml_dtypes.float8_e5m2, "uint8"),
-}
-_BY_NUMPY = {np.dtype(np_dtype): name for name, (np_dtype, _) in _DTYPES.items()}
-
-
-def _name(dtype) -> str:
+def torch_name(dtype) -> str:
+    """The name of a torch dtype without its module: "bfloat16"."""
     return str(dtype).removeprefix("torch.")
+
+
+def torch_dtype_of(np_dtype):
+    """The torch dtype holding a numpy dtype's values, or None if torch has none."""
+    spec = lookup(np_dtype)
+    return getattr(require(), spec.name) if spec is not None else None
 
 
 def describe(t, where: str = "") -> dict:
@@ -78,8 +61,8 @@ def describe(t, where: str = "") -> dict:
     if t.layout is not torch.strided or t.is_nested:
         raise InvalidInputError(f"cannot save a {t.layout} tensor{at}: only dense (strided) tensors "
                                 "(convert with t.to_dense())")
-    if _name(t.dtype) not in _DTYPES:
-        supported = ", ".join(_DTYPES)
+    if torch_name(t.dtype) not in BY_TORCH_NAME:
+        supported = ", ".join(BY_TORCH_NAME)
         raise UnsupportedDtypeError(f"torch dtype {t.dtype}{at} cannot be stored; supported: {supported}")
     if t.device.type == "meta":
         raise InvalidInputError(f"cannot save a tensor on the meta device{at}: it has no data")
@@ -100,10 +83,10 @@ def to_numpy(t) -> np.ndarray:
     if t.device.type != "cpu":
         t = t.to("cpu")
     t = t.resolve_conj().resolve_neg()
-    np_dtype, via = _DTYPES[_name(t.dtype)]
-    if via is None:
+    spec = BY_TORCH_NAME[torch_name(t.dtype)]
+    if spec.torch_via is None:
         return t.numpy()
-    return t.view(getattr(torch, via)).numpy().view(np_dtype)
+    return t.view(getattr(torch, spec.torch_via)).numpy().view(spec.dtype)
 
 
 def device(map_location):
@@ -125,12 +108,11 @@ def from_numpy(arr: np.ndarray, node: dict, dev=None):
     """The torch tensor for a loaded array, sharing its memory on the CPU,
     moved to ``dev`` and given back the attributes :func:`describe` recorded."""
     torch = require()
-    name = _BY_NUMPY[arr.dtype]
-    via = _DTYPES[name][1]
-    if via is None:
+    spec = lookup(arr.dtype)
+    if spec.torch_via is None:
         t = torch.from_numpy(arr)
     else:
-        t = torch.from_numpy(arr.view(np.dtype(via))).view(getattr(torch, name))
+        t = torch.from_numpy(arr.view(np.dtype(spec.torch_via))).view(getattr(torch, spec.name))
     if dev is not None and dev.type != "cpu":
         t = t.to(dev)
     requires_grad = node.get("requires_grad", False)

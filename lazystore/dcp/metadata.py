@@ -39,7 +39,8 @@ from torch.distributed.checkpoint.metadata import (
     TensorStorageMetadata,
 )
 
-from lazystore._core.torch_arrays import _DTYPES as TORCH_DTYPES
+from lazystore._core.dtypes import BY_TORCH_NAME
+from lazystore._core.torch_arrays import torch_name
 from lazystore.errors import FormatError, InvalidInputError
 
 DCP_KEY = "__lazystore_dcp__"
@@ -85,8 +86,8 @@ def encode(metadata: Metadata, save_id: str) -> dict:
         if not isinstance(md, TensorStorageMetadata):
             raise InvalidInputError(f"unknown DCP storage metadata {type(md).__name__} for {fqn!r}")
         p = md.properties
-        dtype = str(p.dtype).removeprefix("torch.")
-        if dtype not in TORCH_DTYPES:
+        dtype = torch_name(p.dtype)
+        if dtype not in BY_TORCH_NAME:
             raise InvalidInputError(f"torch dtype {p.dtype} of {fqn!r} cannot be stored by lazystore")
         state[fqn] = {
             "type": "tensor", "dtype": dtype, "size": [int(s) for s in md.size],
@@ -205,7 +206,7 @@ def decode(doc) -> tuple[Metadata, str]:
         if md["type"] != "tensor":
             raise _bad(f"{where} has type {md['type']!r}")
         size = _ints(md["size"], f"{where}.size")
-        dtype = getattr(torch, _choice(md["dtype"], {n: n for n in TORCH_DTYPES}, f"{where}.dtype"))
+        dtype = getattr(torch, _choice(md["dtype"], {n: n for n in BY_TORCH_NAME}, f"{where}.dtype"))
         props = TensorProperties(
             dtype=dtype, layout=_choice(md["layout"], _LAYOUTS, f"{where}.layout"),
             requires_grad=_bool(md["requires_grad"], f"{where}.requires_grad"),

@@ -310,10 +310,10 @@ class LazyStoreReader(StorageReader):
         if list(target.shape) != lengths:
             raise InvalidInputError(f"{key!r}: the planner's target has shape {list(target.shape)}, "
                                     f"the plan reads {lengths}")
-        stored = torch_adapter._BY_NUMPY.get(part.dtype)
+        stored = torch_adapter.torch_dtype_of(part.dtype)
         if stored is None:
             raise FormatError(f"{key!r} of {path} has dtype {part.dtype}, which torch cannot hold")
-        if target.device.type == "cpu" and str(target.dtype).removeprefix("torch.") == stored:
+        if target.device.type == "cpu" and target.dtype == stored:
             # Straight from the map (or the decoded chunks) into the target: one copy.
             np.copyto(torch_adapter.to_numpy(target), part)
         else:  # another device or dtype: copy_ moves and casts, as FileSystemReader's does

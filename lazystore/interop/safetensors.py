@@ -34,13 +34,12 @@ import struct
 import tempfile
 from collections.abc import Mapping
 
-import ml_dtypes
 import numpy as np
 
 from lazystore._native import layout as fmt
 from lazystore._core.checksum import digest
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
-from lazystore._core.dtypes import spec_for
+from lazystore._core.dtypes import BY_SAFETENSORS, spec_for
 from lazystore._core import strict_json
 from lazystore.errors import ClosedError, FormatError, InvalidInputError, UnsupportedDtypeError
 from lazystore._native.index import Index
@@ -57,28 +56,6 @@ _OWN_PREFIX = "lazystore."
 # Tensor sizes stay below 2**62, as in lazystore files (format.md §17).
 MAX_TENSOR_BYTES = 1 << 62
 MAX_NDIM = 64
-
-# safetensors dtype name <-> numpy dtype.
-DTYPES: dict[str, np.dtype] = {
-    "BOOL": np.dtype(np.bool_),
-    "U8": np.dtype(np.uint8),
-    "I8": np.dtype(np.int8),
-    "I16": np.dtype("<i2"),
-    "U16": np.dtype("<u2"),
-    "I32": np.dtype("<i4"),
-    "U32": np.dtype("<u4"),
-    "I64": np.dtype("<i8"),
-    "U64": np.dtype("<u8"),
-    "F16": np.dtype("<f2"),
-    "BF16": np.dtype(ml_dtypes.bfloat16),
-    "F32": np.dtype("<f4"),
-    "F64": np.dtype("<f8"),
-    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
-    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
-    "C64": np.dtype("<c8"),
-}
-NAMES: dict[np.dtype, str] = {dt: name for name, dt in DTYPES.items()}
-
 
 # -- reading ---------------------------------------------------------------------------
 
@@ -160,9 +137,10 @@ def _tensor_info(name: str, info) -> tuple[np.dtype, tuple[int, ...], int, int]:
     where = f"corrupt safetensors header: tensor {name!r}"
     if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
         raise FormatError(f"{where}: not an object with dtype, shape and data_offsets")
-    dtype = DTYPES.get(info["dtype"]) if isinstance(info["dtype"], str) else None
-    if dtype is None:
+    spec = BY_SAFETENSORS.get(info["dtype"]) if isinstance(info["dtype"], str) else None
+    if spec is None:
         raise FormatError(f"{where}: unsupported dtype {info['dtype']!r}")
+    dtype = spec.dtype
     shape, offsets = info["shape"], info["data_offsets"]
     if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
         raise FormatError(f"{where}: shape is not a list of non-negative integers")
@@ -322,7 +300,7 @@ class SafetensorsWriter(CloseOrAbort):
             raise InvalidInputError(f"duplicate tensor name {name!r}")
         arr = np.asarray(array)
         spec = spec_for(arr.dtype)
-        st_name = NAMES.get(spec.dtype)
+        st_name = spec.safetensors
         if st_name is None:
             raise UnsupportedDtypeError(f"{name!r}: safetensors cannot store {spec.name} tensors")
         arr = np.asarray(arr, dtype=spec.dtype, order="C")

@@ -15,6 +15,7 @@ from safetensors import safe_open
 
 import lazystore as ls
 from lazystore.interop import convert
+from lazystore._core.dtypes import BY_SAFETENSORS
 from lazystore.interop import safetensors as st
 from tests.paths import DATA
 
@@ -29,7 +30,8 @@ def minilm() -> Path:
 def all_dtypes():
     rng = np.random.default_rng(0)
     out = {}
-    for name, dt in st.DTYPES.items():
+    for name, spec in BY_SAFETENSORS.items():
+        dt = spec.dtype
         raw = rng.integers(0, 256, size=15 * dt.itemsize, dtype=np.uint8)
         arr = raw.view(dt).reshape(3, 5)
         if name == "BOOL":
