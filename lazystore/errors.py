@@ -70,9 +70,14 @@ class RemoteError(LazyStoreError, OSError):
     failed request is retried once). Its bytes are never used as data."""
 
 
-class InvalidIndexError(LazyStoreError, IndexError):
-    """An index passed to ``get_slice`` that is out of range or not basic
-    indexing (ints, slices, Ellipsis, None)."""
+class InvalidSelectionError(LazyStoreError, IndexError):
+    """A selection passed to ``get_slice(name)[...]`` that is out of range or
+    not basic indexing (ints, slices, Ellipsis, None). ("Index" in lazystore
+    means a file's table of contents, hence the name.)"""
+
+
+# The name this error had before 0.2; kept so existing ``except`` clauses work.
+InvalidIndexError = InvalidSelectionError
 
 
 class CheckpointNotFoundError(LazyStoreError, KeyError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 
-from lazystore.errors import InvalidIndexError
+from lazystore.errors import InvalidSelectionError
 
 
 def selection(index, shape: tuple[int, ...]) -> list[range]:
@@ -17,14 +17,14 @@ def selection(index, shape: tuple[int, ...]) -> list[range]:
 
     Accepts ints (negative counts from the end), slices with any step,
     Ellipsis and None (which adds an axis and selects nothing by itself).
-    Raises InvalidIndexError for anything else, like numpy's IndexError.
+    Raises InvalidSelectionError for anything else, like numpy's IndexError.
     """
     items = index if isinstance(index, tuple) else (index,)
     if sum(1 for it in items if it is Ellipsis) > 1:
-        raise InvalidIndexError("an index can only have a single ellipsis ('...')")
+        raise InvalidSelectionError("an index can only have a single ellipsis ('...')")
     consumed = [it for it in items if it is not None and it is not Ellipsis]
     if len(consumed) > len(shape):
-        raise InvalidIndexError(
+        raise InvalidSelectionError(
             f"too many indices: tensor is {len(shape)}-dimensional, but {len(consumed)} were indexed"
         )
     expanded: list = []
@@ -45,11 +45,11 @@ def _axis_range(item, length: int, axis: int) -> range:
             raise TypeError
         i = operator.index(item)
     except TypeError:
-        raise InvalidIndexError(
+        raise InvalidSelectionError(
             f"get_slice supports basic indexing only (ints, slices, Ellipsis, None), "
             f"got {type(item).__name__}; read the tensor with ck[name] for advanced indexing"
         ) from None
     if not -length <= i < length:
-        raise InvalidIndexError(f"index {i} is out of bounds for axis {axis} with size {length}")
+        raise InvalidSelectionError(f"index {i} is out of bounds for axis {axis} with size {length}")
     i %= length
     return range(i, i + 1)

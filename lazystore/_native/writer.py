@@ -186,24 +186,6 @@ class Writer(CloseOrAbort):
             self._write(bytes(pad))
 
 
-def save(
-    tensors: Mapping,
-    path,
-    *,
-    compression=None,
-    compression_level: int | None = None,
-    metadata: Mapping | None = None,
-    **writer_options,
-) -> None:
-    """Write a mapping of names to arrays as one checkpoint, atomically."""
-    if not isinstance(tensors, Mapping):
-        raise InvalidInputError(f"save() takes a mapping of names to arrays, got {type(tensors).__name__}")
-    with Writer(path, compression=compression, compression_level=compression_level,
-                metadata=metadata, **writer_options) as w:
-        for name, array in tensors.items():
-            w.add(name, array)
-
-
 def _storable(array) -> tuple[np.ndarray, DtypeSpec]:
     """C-contiguous little-endian ndarray of a supported dtype (no copy if it is one)."""
     try:

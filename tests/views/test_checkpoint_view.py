@@ -418,7 +418,7 @@ def test_get_slice_out_of_range(path, tensors, name, index):
     with pytest.raises(IndexError):
         tensors[name][index]  # numpy agrees that it is out of range
     with ls.open(path) as ck:
-        with pytest.raises(ls.InvalidIndexError):
+        with pytest.raises(ls.InvalidSelectionError):
             ck.get_slice(name)[index]
         with pytest.raises(IndexError):
             ck.get_slice(name)[index]
@@ -464,7 +464,7 @@ ADVANCED = {
 @pytest.mark.parametrize("index", list(ADVANCED.values()), ids=list(ADVANCED))
 def test_get_slice_rejects_advanced_indexing(path, name, index):
     with ls.open(path) as ck:
-        with pytest.raises(ls.InvalidIndexError):
+        with pytest.raises(ls.InvalidSelectionError):
             ck.get_slice(name)[index]
 
 
