@@ -1,0 +1,63 @@
+"""Several processes save to one target at once while others read it.
+
+Every save must succeed (the last rename wins), every open must see one
+complete version, and no file may be left behind. Create-then-lock races
+are found by running processes in a loop, not by reading the code."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+import lazystore as ls
+
+SAVER = textwrap.dedent("""
+    import sys, numpy as np, lazystore as ls
+    target, me, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    for r in range(rounds):
+        v = me * 1000 + r
+        ls.save({"v": np.full(4096, v, np.int64), "w": np.full((64, 64), v, np.float32)}, target,
+                compression="zstd" if r % 2 else None, metadata={"v": v})
+""")
+
+READER = textwrap.dedent("""
+    import sys, time, numpy as np, lazystore as ls
+    target, seconds = sys.argv[1], float(sys.argv[2])
+    end, opened = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        try:
+            ck = ls.open(target)
+        except FileNotFoundError:
+            continue
+        with ck:
+            v = ck.metadata["v"]
+            assert (ck["v"] == v).all() and (ck["w"] == v).all(), f"mixed versions: {v}"
+            assert ck.verify() == []
+        opened += 1
+    print(opened)
+""")
+
+
+def test_concurrent_savers_and_readers(tmp_path):
+    target = tmp_path / "ck.lzy"
+    savers = [subprocess.Popen([sys.executable, "-c", SAVER, str(target), str(i), "40"],
+                               stderr=subprocess.PIPE, text=True) for i in range(3)]
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(target), "4"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    errors = []
+    for p in savers:
+        _, err = p.communicate(timeout=300)
+        if p.returncode:
+            errors.append(err.strip().splitlines()[-1] if err.strip() else f"exit {p.returncode}")
+    out, err = reader.communicate(timeout=300)
+    assert not errors, errors
+    assert reader.returncode == 0, err
+    assert int(out) > 0
+    assert os.listdir(tmp_path) == ["ck.lzy"]
+    with ls.open(target) as ck:
+        v = ck.metadata["v"]
+        assert v % 1000 == 39 and np.array_equal(ck["v"], np.full(4096, v))
