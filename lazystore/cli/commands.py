@@ -1,0 +1,250 @@
+"""The subcommands that inspect, check and write checkpoints: info, ls,
+verify, convert and merge (diff, with its comparison engine, is in
+:mod:`lazystore.cli.diff`).
+
+Each ``cmd_*`` takes the parsed arguments, prints its results on stdout and
+returns the exit code; failures are raised (see :mod:`lazystore.cli.errors`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterator, Mapping
+
+import lazystore as ls
+from lazystore.cli.errors import CliError, about
+from lazystore.cli.inputs import open_input
+from lazystore.cli.outputs import open_output
+from lazystore.cli.progress import progress
+from lazystore.cli.text import (
+    PROG,
+    codec_name,
+    dtype_name,
+    format_shape,
+    human_size,
+    plural,
+    print_table,
+    ratio,
+)
+
+# The nested-state marker has no public name: TREE_KEY in system_metadata is
+# how ls.load itself tells training state from a flat checkpoint.
+from lazystore.training.tree import TREE_KEY
+
+# verify checks tensors in steps of about this many stored bytes, so the
+# progress bar moves while each step is still checked in parallel. (Not to be
+# confused with chunk_reader.VERIFY_BATCH_BYTES, the size of one pool task.)
+PROGRESS_STEP_BYTES = 64 << 20
+
+
+# -- info and ls: the index only ---------------------------------------------------
+
+
+def cmd_info(args) -> int:
+    with open_input(args.path) as ck, about(args.path):
+        infos = [ck.info(n) for n in ck]
+        nbytes, stored = ck.nbytes, ck.stored_nbytes
+        codecs: dict[str, int] = {}
+        dtypes: dict[str, int] = {}
+        for i in infos:
+            codecs[codec_name(i.compression)] = codecs.get(codec_name(i.compression), 0) + 1
+            dtypes[dtype_name(i.dtype)] = dtypes.get(dtype_name(i.dtype), 0) + 1
+        summary = {
+            "path": os.fspath(args.path),
+            "format": getattr(ck, "format", "lazystore"),
+            "format_version": ".".join(str(v) for v in ck.format_version),
+            "tensors": len(infos),
+            "nbytes": nbytes,
+            "stored_nbytes": stored,
+            "compression_ratio": ratio(nbytes, stored),
+            "codecs": codecs,
+            "dtypes": dtypes,
+            "nested": TREE_KEY in ck.system_metadata,
+            "metadata": ck.metadata,
+            "system_metadata_keys": sorted(ck.system_metadata),
+        }
+    if args.json:
+        print(json.dumps(summary, indent=2, ensure_ascii=False))
+        return 0
+    r = summary["compression_ratio"]
+    rows = [
+        ("path", summary["path"]),
+        ("format", f"{summary['format']} {summary['format_version']}".strip()),
+        ("tensors", str(len(infos))),
+        ("total size", f"{human_size(nbytes)} ({nbytes:,} bytes)"),
+        ("stored size", f"{human_size(stored)} ({stored:,} bytes)"),
+        ("compression", _ratio_text(r, codecs)),
+        ("dtypes", ", ".join(f"{n} {d}" for d, n in sorted(dtypes.items())) or "-"),
+        ("nested state", "yes (ls.load rebuilds the saved structure)" if summary["nested"] else "no"),
+    ]
+    width = max(len(k) for k, _ in rows) + 1
+    for key, value in rows:
+        print(f"{key + ':':<{width}} {value}")
+    if summary["metadata"]:
+        print("metadata:")
+        for line in json.dumps(summary["metadata"], indent=2, ensure_ascii=False).splitlines():
+            print("  " + line)
+    else:
+        print(f"{'metadata:':<{width}} {{}}")
+    return 0
+
+
+def _ratio_text(r: float | None, codecs: dict[str, int]) -> str:
+    if r is None:
+        return "-"
+    counts = ", ".join(f"{n} {c}" for c, n in sorted(codecs.items()))
+    return f"{r:.2f}x ({counts})"
+
+
+def cmd_ls(args) -> int:
+    with open_input(args.path) as ck, about(args.path):
+        view = ck if args.glob is None else ck.select(args.glob)
+        infos = [view.info(n) for n in view]
+    if args.glob is not None and not infos:
+        print(f"{PROG}: no tensor matches {args.glob!r}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([
+            {"name": i.name, "dtype": dtype_name(i.dtype), "shape": list(i.shape), "nbytes": i.nbytes,
+             "stored_nbytes": i.stored_nbytes, "compression": i.compression}
+            for i in infos
+        ], indent=2, ensure_ascii=False))
+        return 0
+    rows = [("NAME", "DTYPE", "SHAPE", "SIZE", "STORED", "CODEC")]
+    rows += [(i.name, dtype_name(i.dtype), format_shape(i.shape), human_size(i.nbytes),
+              human_size(i.stored_nbytes), codec_name(i.compression)) for i in infos]
+    print_table(rows, right={3, 4})
+    return 0
+
+
+# -- verify ----------------------------------------------------------------------------
+
+
+def _batches(ck: ls.CheckpointView, names: list[str], limit: int) -> Iterator[list[str]]:
+    batch, size = [], 0
+    for name in names:
+        batch.append(name)
+        size += ck.info(name).stored_nbytes
+        if size >= limit:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def cmd_verify(args) -> int:
+    with open_input(args.path) as ck, about(args.path):
+        # A view of no tensors verifies just the preamble (which opening a
+        # local file has already checked; other sources check it here).
+        ck.select([]).verify()
+        names = list(ck)
+        bad: list[str] = []
+        sizes = {n: ck.info(n).stored_nbytes for n in names}
+        for batch in progress(_batches(ck, names, PROGRESS_STEP_BYTES), desc="verify",
+                              total=sum(sizes.values()), weight=lambda b: sum(sizes[n] for n in b)):
+            bad += ck.verify(batch)
+    for name in bad:
+        print(f"corrupt: {name}")
+    if bad:
+        print(f"{args.path}: {len(bad)} of {plural(len(names), 'tensor')} corrupt")
+        return 1
+    print(f"{args.path}: OK, {plural(len(names), 'tensor')} intact")
+    return 0
+
+
+# -- convert and merge: streaming tensors into a writer -------------------------------------
+
+
+def _check_level(args) -> None:
+    # argparse checks each option alone; this pair is refused here, before
+    # any file is opened or created.
+    if args.level is not None and args.compression == "none":
+        raise CliError("--level applies to zstd; it cannot be used with --compression none")
+
+
+def _tensor_compression(choice: str | None, info: ls.TensorInfo):
+    """``--compression``: "zstd", "none", or unset to keep each tensor's own."""
+    if choice is None:
+        return info.compression
+    return None if choice == "none" else choice
+
+
+def _copy_tensors(out, sources: Mapping[str, tuple[str, ls.CheckpointView]], choice, desc: str) -> None:
+    """Stream tensors into ``out`` one at a time: name -> (path, view)."""
+    total = sum(ck.info(n).nbytes for n, (_, ck) in sources.items())
+    for name in progress(sources, desc=desc, total=total, weight=lambda n: sources[n][1].info(n).nbytes):
+        path, ck = sources[name]
+        with about(path):
+            info = ck.info(name)
+            array = ck[name]
+        out.add(name, array, compression=_tensor_compression(choice, info))
+        del array
+
+
+def _stored_size(path) -> str:
+    """What convert and merge report of their output: its size on disk."""
+    try:
+        if os.path.isdir(path):
+            size = sum(e.stat().st_size for e in os.scandir(path) if e.is_file())
+            return f"{human_size(size)} on disk"
+        return f"{human_size(os.path.getsize(path))} on disk"
+    except OSError:
+        return "written"  # the output is committed; only its size is unknown
+
+
+def cmd_convert(args) -> int:
+    _check_level(args)
+    with open_input(args.src, verify=True) as ck:
+        with about(args.src):
+            metadata, system_metadata = dict(ck.metadata), dict(ck.system_metadata)
+        with open_output(args.dst, metadata=metadata, system_metadata=system_metadata,
+                         compression_level=args.level, max_shard_size=args.max_shard_size) as out, \
+                about(args.dst):
+            _copy_tensors(out, {n: (args.src, ck) for n in ck}, args.compression, "convert")
+        count, nbytes = len(ck), ck.nbytes
+    print(f"{args.dst}: {plural(count, 'tensor')}, {human_size(nbytes)} -> {_stored_size(args.dst)}")
+    return 0
+
+
+def _merge_dicts(dicts: list[Mapping], prefer: str) -> dict:
+    """One dict from several: a key in several takes its value from the first
+    dict holding it (``prefer="first"``) or the last; keys come in order of
+    first appearance either way, as merged tensors do."""
+    merged: dict = {}
+    for d in (dicts if prefer == "last" else reversed(dicts)):
+        merged.update(d)
+    if prefer == "first":  # keep keys in order of first appearance
+        order = {k: None for d in dicts for k in d}
+        merged = {k: merged[k] for k in order}
+    return merged
+
+
+def cmd_merge(args) -> int:
+    _check_level(args)
+    with contextlib.ExitStack() as stack:
+        views = [(p, stack.enter_context(open_input(p, verify=True))) for p in args.inputs]
+        sources: dict[str, tuple[str, ls.CheckpointView]] = {}
+        duplicates = 0
+        for path, ck in views:
+            with about(path):
+                if TREE_KEY in ck.system_metadata:
+                    raise CliError(f"{path}: holds nested training state, whose structure a merge would "
+                                   "break; merge takes flat checkpoints (name -> tensor)")
+                for name in ck:
+                    if name in sources:
+                        duplicates += 1
+                        if args.prefer == "first":
+                            continue
+                    sources[name] = (path, ck)
+        metadata = _merge_dicts([ck.metadata for _, ck in views], args.prefer)
+        system_metadata = _merge_dicts([ck.system_metadata for _, ck in views], args.prefer)
+        with open_output(args.out, metadata=metadata, system_metadata=system_metadata,
+                         compression_level=args.level, max_shard_size=None) as out, about(args.out):
+            _copy_tensors(out, sources, args.compression, "merge")
+    note = f", {plural(duplicates, 'duplicate name')} (kept the {args.prefer})" if duplicates else ""
+    print(f"{args.out}: {plural(len(sources), 'tensor')} from {plural(len(views), 'input')}{note}, "
+          f"{_stored_size(args.out)}")
+    return 0

@@ -1,0 +1,177 @@
+"""``lazystore diff``: compare two checkpoints tensor by tensor, by name.
+
+Names, dtypes, shapes and metadata come from the indexes; values are
+compared bit for bit (so a file and its recompressed copy are the same), a
+block at a time (:func:`blocks`), so memory stays bounded however large the
+tensors. :class:`ValueDiff` sums up how two tensors' values differ.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+
+import lazystore as ls
+from lazystore.cli.errors import about
+from lazystore.cli.inputs import open_input
+from lazystore.cli.progress import progress
+from lazystore.cli.text import dtype_name, format_shape, plural, short_json
+
+# diff reads tensors in blocks of about this many bytes per file.
+DIFF_BLOCK_BYTES = 16 << 20
+
+
+def blocks(shape: tuple[int, ...], itemsize: int, limit: int) -> Iterator[tuple]:
+    """Indexes that cover a C-order tensor in contiguous blocks of at most
+    ``limit`` bytes (or one row of its last axis, if that is larger)."""
+    if not shape:
+        yield ()
+        return
+    if 0 in shape:
+        return
+    row = math.prod(shape[1:]) * itemsize
+    if row <= limit or len(shape) == 1:
+        step = max(1, limit // row)
+        for i in range(0, shape[0], step):
+            yield (slice(i, min(i + step, shape[0])),)
+        return
+    for i in range(shape[0]):
+        for rest in blocks(shape[1:], itemsize, limit):
+            yield (slice(i, i + 1),) + rest
+
+
+def _flat_bits(x: np.ndarray) -> np.ndarray:
+    """One unsigned integer per element (two for 16-byte elements) holding its bits."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    size = flat.dtype.itemsize
+    if size in (1, 2, 4, 8):
+        return flat.view(f"<u{size}")
+    return flat.view("<u8").reshape(len(flat), size // 8)
+
+
+class ValueDiff:
+    """Accumulates, block by block, how two same-typed tensors differ."""
+
+    def __init__(self, dtype: np.dtype):
+        self.dtype = dtype
+        self.differing = 0
+        self.max_abs: float | int = 0 if dtype.kind in "biu" else 0.0
+        self.one_sided_nan = False
+
+    def add(self, a: np.ndarray, b: np.ndarray) -> None:
+        ba, bb = _flat_bits(a), _flat_bits(b)
+        neq = ba != bb
+        if neq.ndim == 2:
+            neq = neq.any(axis=1)
+        n = int(np.count_nonzero(neq))
+        if not n:
+            return
+        self.differing += n
+        va = np.ascontiguousarray(a).reshape(-1)[neq]
+        vb = np.ascontiguousarray(b).reshape(-1)[neq]
+        self.max_abs = max(self.max_abs, self._max_abs(va, vb))
+
+    def _max_abs(self, a: np.ndarray, b: np.ndarray):
+        dt = self.dtype
+        if dt.kind == "b":
+            return 1
+        if dt.kind in "iu":
+            # Exact in uint64: |a - b| < 2**64 and uint64 arithmetic wraps mod 2**64.
+            wide = np.int64 if dt.kind == "i" else np.uint64
+            a, b = a.astype(wide), b.astype(wide)
+            hi, lo = np.maximum(a, b), np.minimum(a, b)
+            return int((hi.view(np.uint64) - lo.view(np.uint64)).max())
+        wide = np.complex128 if dt.kind == "c" else np.float64
+        a, b = a.astype(wide), b.astype(wide)
+        both_nan = np.isnan(a) & np.isnan(b)
+        with np.errstate(invalid="ignore", over="ignore"):
+            d = np.where((a == b) | both_nan, 0.0, np.abs(a - b))
+        if np.isnan(d).any():
+            self.one_sided_nan = True
+            d = d[~np.isnan(d)]
+        return float(d.max()) if len(d) else 0.0
+
+    def describe(self, size: int) -> str:
+        m = self.max_abs
+        text = f"{self.differing:,} of {size:,} elements differ, max abs diff "
+        text += f"{m:.6g}" if isinstance(m, float) else str(m)
+        if self.one_sided_nan:
+            text += " (and NaN in one file only)"
+        return text
+
+
+def _compare_tensor(a_path, sa, b_path, sb, info: ls.TensorInfo) -> ValueDiff:
+    diff = ValueDiff(np.dtype(info.dtype))
+    for idx in blocks(info.shape, info.dtype.itemsize, DIFF_BLOCK_BYTES):
+        with about(a_path):
+            xa = np.asarray(sa[idx])
+        with about(b_path):
+            xb = np.asarray(sb[idx])
+        diff.add(xa, xb)
+    return diff
+
+
+def _diff_dicts(label: str, a: Mapping, b: Mapping, lines: list[str]) -> int:
+    """Metadata differences; values compare as JSON, so 1, 1.0 and true differ."""
+    before = len(lines)
+    for key in a:
+        if key not in b:
+            lines.append(f"- {label} {key}: {short_json(a[key])}")
+    for key in b:
+        if key not in a:
+            lines.append(f"+ {label} {key}: {short_json(b[key])}")
+    for key in a:
+        if key in b and short_json(a[key], math.inf) != short_json(b[key], math.inf):
+            lines.append(f"~ {label} {key}: {short_json(a[key])} -> {short_json(b[key])}")
+    return len(lines) - before
+
+
+def _tensor_line(mark: str, info: ls.TensorInfo) -> str:
+    return f"{mark} {info.name}  {dtype_name(info.dtype)} {format_shape(info.shape)}"
+
+
+def cmd_diff(args) -> int:
+    lines: list[str] = []
+    with open_input(args.a, verify=True) as ca, open_input(args.b, verify=True) as cb:
+        with about(args.a):
+            names_a, meta_a, sys_a = list(ca), ca.metadata, ca.system_metadata
+        with about(args.b):
+            names_b, meta_b, sys_b = list(cb), cb.metadata, cb.system_metadata
+        in_a, in_b = set(names_a), set(names_b)
+        removed = [ca.info(n) for n in names_a if n not in in_b]
+        added = [cb.info(n) for n in names_b if n not in in_a]
+        retyped, common = [], []
+        for name in names_a:
+            if name in in_b:
+                ia, ib = ca.info(name), cb.info(name)
+                (common if (ia.dtype, ia.shape) == (ib.dtype, ib.shape) else retyped).append((ia, ib))
+        lines += [_tensor_line("-", i) for i in removed]
+        lines += [_tensor_line("+", i) for i in added]
+        lines += [f"~ {ia.name}  {dtype_name(ia.dtype)} {format_shape(ia.shape)} -> "
+                  f"{dtype_name(ib.dtype)} {format_shape(ib.shape)}" for ia, ib in retyped]
+        changed = 0
+        for info, _ in progress(common, desc="diff", total=sum(i.nbytes for i, _ in common),
+                                weight=lambda pair: pair[0].nbytes):
+            with about(args.a):
+                sa = ca.get_slice(info.name)
+            with about(args.b):
+                sb = cb.get_slice(info.name)
+            d = _compare_tensor(args.a, sa, args.b, sb, info)
+            if d.differing:
+                changed += 1
+                lines.append(f"~ {info.name}  values: {d.describe(info.size)}")
+        meta = _diff_dicts("metadata", meta_a, meta_b, lines)
+        meta += _diff_dicts("lazystore metadata", sys_a, sys_b, lines)
+    if not lines:
+        print(f"same: {plural(len(names_a), 'tensor')} with identical values, same metadata")
+        return 0
+    print(f"--- {args.a}")
+    print(f"+++ {args.b}")
+    for line in lines:
+        print(line)
+    counts = [f"{len(removed)} removed", f"{len(added)} added", f"{len(retyped)} changed dtype or shape",
+              f"{changed} changed values", plural(meta, "metadata difference")]
+    print("different: " + ", ".join(c for c in counts if not c.startswith("0 ")))
+    return 1

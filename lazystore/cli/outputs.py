@@ -1,0 +1,75 @@
+"""Choosing and opening what ``convert`` and ``merge`` write.
+
+The output format follows the destination (:func:`output_format`), and
+:data:`OUTPUTS` maps each format to the writer that makes it: the one place
+a new output format plugs in.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+
+import lazystore as ls
+from lazystore.cli.errors import CliError, about
+from lazystore.interop import SafetensorsWriter, ShardedWriter
+
+# Output formats by destination. To add one: name it in output_format() and
+# add its opener to OUTPUTS. An opener takes the destination and the options
+# below and returns a context manager with Writer's interface:
+# add(name, array, compression=...), committed on a clean exit and discarded
+# on an exception.
+_OUTPUT_EXTENSIONS = {
+    ".safetensors": "safetensors",
+    ".npz": "npz",
+    ".pt": "torch",
+    ".pth": "torch",
+    ".bin": "torch",
+}
+
+
+def output_format(dst) -> str:
+    """The format a destination asks for: by extension, "lazystore" otherwise."""
+    if os.path.isdir(dst) or os.fspath(dst).endswith(("/", os.sep)):
+        return "folder"
+    return _OUTPUT_EXTENSIONS.get(os.path.splitext(os.fspath(dst))[1].lower(), "lazystore")
+
+
+def _open_lazystore(dst, *, metadata, system_metadata, compression_level, max_shard_size):
+    if max_shard_size is not None:
+        return _open_folder(dst, metadata=metadata, system_metadata=system_metadata,
+                            compression_level=compression_level, max_shard_size=max_shard_size)
+    w = ls.Writer(dst, compression_level=compression_level, metadata=metadata)
+    w.system_metadata.update(system_metadata)
+    return w
+
+
+def _open_folder(dst, *, metadata, system_metadata, compression_level, max_shard_size):
+    w = ShardedWriter(dst, max_shard_size=max_shard_size, compression_level=compression_level, metadata=metadata)
+    w.system_metadata.update(system_metadata)
+    return w
+
+
+def _open_safetensors(dst, *, metadata, system_metadata, compression_level, max_shard_size):
+    if max_shard_size is not None:
+        raise CliError("--max-shard-size writes a lazystore sharded folder; sharded safetensors output "
+                       "is not supported")
+    w = SafetensorsWriter(dst, metadata=metadata)
+    w.system_metadata.update(system_metadata)
+    return w
+
+
+OUTPUTS: dict[str, Callable] = {"lazystore": _open_lazystore, "folder": _open_folder,
+                                "safetensors": _open_safetensors}
+
+
+def open_output(dst, *, metadata: Mapping, system_metadata: Mapping,
+                compression_level: int | None = None, max_shard_size: int | None = None):
+    """A writer for ``dst`` in the format it asks for (see :func:`output_format`)."""
+    fmt = output_format(dst)
+    opener = OUTPUTS.get(fmt)
+    if opener is None:
+        raise CliError(f"{dst}: writing {fmt} output is not supported yet; write a lazystore file (.lzy)")
+    with about(dst):
+        return opener(dst, metadata=metadata, system_metadata=system_metadata,
+                      compression_level=compression_level, max_shard_size=max_shard_size)
