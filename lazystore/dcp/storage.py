@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import re
 import uuid
 
 import numpy as np
@@ -33,9 +34,11 @@ from lazystore.dcp import metadata as metadata_json
 from lazystore.dcp.metadata import DCP_KEY, LazyStorageInfo, item_key
 from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
 from lazystore.sources import local_path
+from lazystore.sources.fsspec import url_to_fs
 from lazystore._native.writer import Writer
 
 METADATA_FILE = "metadata.lzy"
+_RANK_FILE = re.compile(r"rank-\d{5,}\.lzy")
 __all__ = ["METADATA_FILE", "LazyStorageInfo", "LazyStoreReader", "LazyStoreWriter", "rank_file"]
 
 
@@ -57,9 +60,9 @@ def _join(base, name: str):
 
 
 def _fs(base, storage_options):
-    import fsspec
-
-    return fsspec.core.url_to_fs(base, **(storage_options or {}))[0]
+    # Through lazystore's own helper: without the remote extra, a
+    # MissingDependencyError naming it, not a raw ImportError.
+    return url_to_fs(base, storage_options)[0]
 
 
 def _exists(path, storage_options) -> bool:
@@ -76,6 +79,15 @@ def _remove(path, storage_options) -> None:
         fs = _fs(path, storage_options)
         if fs.exists(path):
             fs.rm(path)
+
+
+def _list(base, storage_options) -> list[str]:
+    """The names of the files directly in a checkpoint folder (or URL prefix)."""
+    local = local_path(base)
+    if local is not None:
+        return os.listdir(local)
+    fs = _fs(base, storage_options)
+    return [p.rstrip("/").rpartition("/")[2] for p in fs.ls(base, detail=False)]
 
 
 def _checkpoint_id(path) -> str:
@@ -196,12 +208,23 @@ class LazyStoreWriter(StorageWriter):
         name = _metadata_file(self.rank if not self.use_collectives and self.rank is not None else None)
         with Writer(_join(self.path, name), storage_options=self.storage_options or None) as w:
             w.system_metadata[DCP_KEY] = doc
+        if name == METADATA_FILE:
+            self._remove_unnamed_rank_files({info.relative_path for info in storage.values()})
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id) -> bool:
         return _valid_id(checkpoint_id)
 
     # -- internals --------------------------------------------------------------
+
+    def _remove_unnamed_rank_files(self, named: set[str]) -> None:
+        """Rank files of an earlier save with more ranks: the new metadata,
+        durable now, names none of them. (Without collectives each rank
+        writes its own metadata and none knows the world size, so such a
+        save leaves them.)"""
+        for name in _list(self.path, self.storage_options):
+            if _RANK_FILE.fullmatch(name) and name not in named:
+                _remove(_join(self.path, name), self.storage_options)
 
     def _check_existing(self, name: str) -> None:
         path = _join(self.path, name)

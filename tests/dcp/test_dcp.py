@@ -290,3 +290,34 @@ def test_save_without_collectives_writes_rank_metadata(tmp_path):
         out = {"w": torch.zeros(4, 6), "b": torch.zeros(3, dtype=torch.bfloat16), "epoch": 0}
         dcp.load(out, storage_reader=LazyStoreReader(tmp_path), no_dist=True)
     assert torch.equal(out["w"], sd["w"]) and out["epoch"] == 3
+
+
+def test_a_save_with_fewer_ranks_removes_the_older_saves_rank_files(saved, tmp_path):
+    folder = tmp_path / "ck"
+    shutil.copytree(saved / "raw", folder)
+    assert rank_file(1) in os.listdir(folder)
+    sd = _small_state()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(sd, storage_writer=LazyStoreWriter(folder), no_dist=True)  # one rank now
+        out = {"w": torch.zeros(4, 6), "b": torch.zeros(3, dtype=torch.bfloat16), "epoch": 0}
+        dcp.load(out, storage_reader=LazyStoreReader(folder), no_dist=True)
+    assert torch.equal(out["w"], sd["w"]) and out["epoch"] == 3
+    assert sorted(os.listdir(folder)) == [METADATA_FILE, rank_file(0)]
+
+
+def test_a_url_checkpoint_without_fsspec_names_the_extra(tmp_path):
+    code = (
+        "import sys\n"
+        "sys.modules['fsspec'] = None  # as if the remote extra were not installed\n"
+        "import lazystore as ls\n"
+        "from lazystore.dcp import LazyStoreWriter\n"
+        "w = LazyStoreWriter('s3://bucket/ck')\n"
+        "try:\n"
+        "    w._check_existing('metadata.lzy')\n"
+        "except ls.MissingDependencyError as exc:\n"
+        "    assert 'lazystore[remote]' in str(exc), exc\n"
+        "    print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "ok", proc.stderr[-2000:]
