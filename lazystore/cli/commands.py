@@ -12,11 +12,12 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import lazystore as ls
+from lazystore._core.batching import batch_by_bytes
 from lazystore.cli.errors import CliError, about
-from lazystore.cli.inputs import open_input
+from lazystore.cli.inputs import Tensors, open_input
 from lazystore.cli.outputs import open_output
 from lazystore.cli.progress import progress
 from lazystore.cli.text import (
@@ -29,6 +30,7 @@ from lazystore.cli.text import (
     print_table,
     ratio,
 )
+from lazystore.interop import copy
 
 # The nested-state marker has no public name: TREE_KEY in system_metadata is
 # how ls.load itself tells training state from a flat checkpoint.
@@ -123,18 +125,6 @@ def cmd_ls(args) -> int:
 # -- verify ----------------------------------------------------------------------------
 
 
-def _batches(ck: ls.CheckpointView, names: list[str], limit: int) -> Iterator[list[str]]:
-    batch, size = [], 0
-    for name in names:
-        batch.append(name)
-        size += ck.info(name).stored_nbytes
-        if size >= limit:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
-
-
 def cmd_verify(args) -> int:
     with open_input(args.path) as ck, about(args.path):
         # A view of no tensors verifies just the preamble (which opening a
@@ -143,8 +133,9 @@ def cmd_verify(args) -> int:
         names = list(ck)
         bad: list[str] = []
         sizes = {n: ck.info(n).stored_nbytes for n in names}
-        for batch in progress(_batches(ck, names, PROGRESS_STEP_BYTES), desc="verify",
-                              total=sum(sizes.values()), weight=lambda b: sum(sizes[n] for n in b)):
+        steps = batch_by_bytes(names, PROGRESS_STEP_BYTES, size=sizes.__getitem__)
+        for batch in progress(steps, desc="verify", total=sum(sizes.values()),
+                              weight=lambda b: sum(sizes[n] for n in b)):
             bad += ck.verify(batch)
     for name in bad:
         print(f"corrupt: {name}")
@@ -165,23 +156,15 @@ def _check_level(args) -> None:
         raise CliError("--level applies to zstd; it cannot be used with --compression none")
 
 
-def _tensor_compression(choice: str | None, info: ls.TensorInfo):
-    """``--compression``: "zstd", "none", or unset to keep each tensor's own."""
-    if choice is None:
-        return info.compression
-    return None if choice == "none" else choice
-
-
-def _copy_tensors(out, sources: Mapping[str, tuple[str, ls.CheckpointView]], choice, desc: str) -> None:
-    """Stream tensors into ``out`` one at a time: name -> (path, view)."""
-    total = sum(ck.info(n).nbytes for n, (_, ck) in sources.items())
-    for name in progress(sources, desc=desc, total=total, weight=lambda n: sources[n][1].info(n).nbytes):
-        path, ck = sources[name]
-        with about(path):
-            info = ck.info(name)
-            array = ck[name]
-        out.add(name, array, compression=_tensor_compression(choice, info))
-        del array
+def _copy(sources: Mapping[str, tuple[str, ls.CheckpointView]], out, compression: str | None, desc: str) -> None:
+    """Stream tensors (name -> (path, view)) into ``out`` through
+    :func:`lazystore.interop.copy`, with a progress bar by decoded bytes.
+    ``compression`` is ``--compression``: "zstd", "none", or None to keep
+    each tensor's own codec, as copy takes it."""
+    tensors = Tensors(sources)
+    sizes = {name: tensors.info(name).nbytes for name in tensors}
+    names = progress(tensors, desc=desc, total=sum(sizes.values()), weight=sizes.__getitem__)
+    copy(tensors, out, compression=compression, names=names)
 
 
 def _stored_size(path) -> str:
@@ -203,7 +186,7 @@ def cmd_convert(args) -> int:
         with open_output(args.dst, metadata=metadata, system_metadata=system_metadata,
                          compression_level=args.level, max_shard_size=args.max_shard_size) as out, \
                 about(args.dst):
-            _copy_tensors(out, {n: (args.src, ck) for n in ck}, args.compression, "convert")
+            _copy({n: (args.src, ck) for n in ck}, out, args.compression, "convert")
         count, nbytes = len(ck), ck.nbytes
     print(f"{args.dst}: {plural(count, 'tensor')}, {human_size(nbytes)} -> {_stored_size(args.dst)}")
     return 0
@@ -243,7 +226,7 @@ def cmd_merge(args) -> int:
         system_metadata = _merge_dicts([ck.system_metadata for _, ck in views], args.prefer)
         with open_output(args.out, metadata=metadata, system_metadata=system_metadata,
                          compression_level=args.level, max_shard_size=None) as out, about(args.out):
-            _copy_tensors(out, sources, args.compression, "merge")
+            _copy(sources, out, args.compression, "merge")
     note = f", {plural(duplicates, 'duplicate name')} (kept the {args.prefer})" if duplicates else ""
     print(f"{args.out}: {plural(len(sources), 'tensor')} from {plural(len(views), 'input')}{note}, "
           f"{_stored_size(args.out)}")

@@ -1,11 +1,14 @@
-"""Opening the checkpoints a command reads.
+"""Opening the checkpoints a command reads, and reading their tensors.
 
 Every command opens its inputs here, so each reads the same formats:
-whatever :func:`lazystore.open` reads, plus the archives that only
-``convert`` and ``merge`` can take as a source (torch zips, ``.npz``).
+whatever :func:`lazystore.open` reads, plus torch zips and ``.npz``
+archives. :class:`Tensors` gathers tensors from several open checkpoints
+for ``convert`` and ``merge`` to copy, naming the right file in any error.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
 
 import lazystore as ls
 from lazystore.cli.errors import about
@@ -28,3 +31,32 @@ def open_input(path, *, verify: bool = False) -> ls.CheckpointView:
         if archives.archive_format(path) is not None:
             return archives.open_archive(path)
         return ls.open(path, verify=verify)
+
+
+class Tensors:
+    """Tensors gathered from open checkpoints, name -> (path, view), in the
+    order given: what :func:`lazystore.interop.copy` needs of a view
+    (iteration, ``info``, ``[name]``).
+
+    Reads happen inside copy, whose errors the command attributes to the
+    output being written; reading here names the input instead, so a corrupt
+    source is reported as such."""
+
+    def __init__(self, sources: Mapping[str, tuple[str, ls.CheckpointView]]):
+        self._sources = sources
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._sources)
+
+    def __len__(self) -> int:
+        return len(self._sources)
+
+    def info(self, name: str) -> ls.TensorInfo:
+        path, view = self._sources[name]
+        with about(path):
+            return view.info(name)
+
+    def __getitem__(self, name: str):
+        path, view = self._sources[name]
+        with about(path):
+            return view[name]

@@ -18,7 +18,7 @@ Every output is written atomically, like any lazystore save.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from lazystore import api
 from lazystore.interop import archives
@@ -26,10 +26,18 @@ from lazystore.interop.safetensors import SafetensorsWriter
 from lazystore._native.writer import Writer
 
 
-def copy(view, writer, *, compression=None) -> None:
-    """Stream every tensor of ``view`` into ``writer``; ``compression`` None
-    keeps each tensor's own codec (safetensors outputs ignore it)."""
-    for name in view:
+def copy(view, writer, *, compression=None, names: Iterable[str] | None = None) -> None:
+    """Stream tensors of ``view`` into ``writer`` one at a time, so memory
+    holds one tensor however large the checkpoint.
+
+    ``compression`` None keeps each tensor's own codec; "zstd" or "none"
+    re-encodes every tensor (safetensors outputs ignore it). ``names`` picks
+    the tensors and their order (default: all of ``view``'s, in its order).
+    It is consumed one name per tensor, after the previous tensor is
+    written, so an iterator that counts what it yields reports progress:
+    the command line passes its progress bar. ``view`` needs only
+    ``info(name)`` and ``view[name]`` (and iteration, without ``names``)."""
+    for name in view if names is None else names:
         info = view.info(name)
         writer.add(name, view[name], compression=info.compression if compression is None else compression)
 

@@ -22,6 +22,7 @@ from functools import partial
 
 import numpy as np
 
+from lazystore._core.batching import batch_by_bytes
 from lazystore._core.checksum import all_zero, check
 from lazystore.codecs import CODECS_BY_ID, RAW
 from lazystore.errors import ChecksumError, FormatError
@@ -102,7 +103,7 @@ class ChunkReader:
         if not self.fetching:
             # One task per batch of small tensors: a pool task costs tens of
             # microseconds, more than checking a tiny tensor.
-            batches = _batches(entries, VERIFY_BATCH_BYTES)
+            batches = batch_by_bytes(entries, VERIFY_BATCH_BYTES, size=lambda entry: entry.stored_nbytes)
             return [ok for batch in run_all(self._stored_ok_batch, batches) for ok in batch]
         ok = [True] * len(entries)
         fetches = []
@@ -205,19 +206,6 @@ def _call(task) -> None:
 def _consume(pair) -> None:
     consume, blob = pair
     consume(blob)
-
-
-def _batches(entries: list[Entry], nbytes: int) -> list[list[Entry]]:
-    """Consecutive entries grouped until each group stores about ``nbytes``."""
-    batches: list[list[Entry]] = []
-    size = nbytes
-    for entry in entries:
-        if size >= nbytes:
-            batches.append([])
-            size = 0
-        batches[-1].append(entry)
-        size += entry.stored_nbytes
-    return batches
 
 
 def _raw_runs(ids: list[int], lengths: list[int]) -> list[list[int]]:

@@ -267,6 +267,19 @@ def test_merge_refuses_nested_state(capsys, tmp_path, parts, nested):
     assert not out.exists()
 
 
+def test_merge_names_the_corrupt_input(capsys, tmp_path, parts):
+    # Tensors are read inside the copy into OUT: the error must still name
+    # the input they came from, not the output being written.
+    a, b = parts
+    with ls.open(b) as ck:
+        flip_byte(b, ck.info("only_b").offset)
+    out = tmp_path / "out.lzy"
+    code, _, err = run(capsys, "merge", out, a, b)
+    assert code == 2 and "checksum" in err and f"error: {b}:" in err and str(out) not in err
+    assert_one_error_line(err)
+    assert not out.exists()
+
+
 def test_merge_unreadable_input(capsys, tmp_path, parts):
     bad = tmp_path / "bad.lzy"
     bad.write_bytes(b"not a checkpoint at all, just some text padding it out" * 2)
