@@ -21,7 +21,7 @@ from lazystore.interop.sharded import ShardedWriter
 from lazystore._native.writer import Writer
 
 
-def open(path, *, verify: bool = False, storage_options: Mapping | None = None) -> CheckpointView:  # noqa: A001
+def open(path, *, verify: bool = False, storage_options: Mapping | None = None) -> CheckpointView:  # noqa: A001 - ls.open reads as the built-in open does, on purpose
     """Open a checkpoint lazily: only the index is read (from a URL: at most
     two small requests, the object's size and its tail).
 

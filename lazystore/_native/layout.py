@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from lazystore._core.checksum import all_zero
+from lazystore._core.short_reads import need
 from lazystore.errors import FormatError, UnsupportedVersionError
 
 MAGIC = b"\x89LZY\r\n\x1a\n"  # like PNG's: catches 7-bit and newline mangling
@@ -64,12 +65,6 @@ assert ENTRY_DTYPE.itemsize == 48 and CHUNK_DTYPE.itemsize == 16
 
 def align_up(offset: int, alignment: int) -> int:
     return -(-offset // alignment) * alignment
-
-
-def need(buf, n: int, what: str) -> None:
-    """The one check behind every fixed-size read: say what was being read."""
-    if len(buf) < n:
-        raise FormatError(f"EOF: reading {what}, expected {n} bytes, got {len(buf)}")
 
 
 def _check_version(major: int, minor: int, where: str) -> None:

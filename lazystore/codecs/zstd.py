@@ -20,7 +20,7 @@ import numpy as np
 import zstandard
 
 from lazystore.errors import FormatError
-from lazystore._native.layout import need
+from lazystore._core.short_reads import need
 from lazystore.codecs.base import Codec
 
 _local = threading.local()

@@ -1,0 +1,21 @@
+"""The codecs by id (as the index records them) and by ``compression=`` argument."""
+
+from __future__ import annotations
+
+from lazystore.codecs.base import Codec
+from lazystore.codecs.raw import RAW
+from lazystore.codecs.zstd import ZstdPlanes
+from lazystore.errors import InvalidInputError
+
+CODECS_BY_ID: dict[int, Codec] = {RAW.id: RAW, ZstdPlanes.id: ZstdPlanes()}
+
+
+def codec_for(compression, level: int | None = None) -> Codec:
+    """The codec for a ``compression=`` argument: None, "zstd", or a Codec."""
+    if compression is None or compression == "none":
+        return RAW
+    if isinstance(compression, Codec):
+        return compression
+    if compression == "zstd":
+        return ZstdPlanes(level=level)
+    raise InvalidInputError(f"unknown compression {compression!r}; use None or 'zstd'")

@@ -1,0 +1,110 @@
+"""The package's shape, as docs/architecture.md describes it: no import
+cycles (counting imports inside functions), small modules, ``__init__``
+modules that only re-export, and no ``# noqa`` without a reason."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from tests.paths import REPO
+
+PACKAGE = REPO / "lazystore"
+MAX_LINES = 500
+
+
+def module_name(path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(name: str, path) -> set[str]:
+    """The lazystore modules a module imports, anywhere in it. ``from a.b
+    import c`` counts as importing ``a.b.c`` when that is a module, else ``a.b``."""
+    tree = ast.parse(path.read_text(), str(path))
+    is_package = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".")[: len(name.split(".")) - node.level + (1 if is_package else 0)]
+                base = ".".join(anchor + ([base] if base else []))
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                out.add(sub if sub in MODULES else base)
+    return {m for m in out if m in MODULES and m != name}
+
+
+def test_no_import_cycles():
+    graph = {name: imported(name, path) for name, path in MODULES.items()}
+    cycles = []
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_cycle_detection_can_fail(tmp_path):
+    # The checker above, on a package that does have a cycle through a
+    # function-level import.
+    a = "def f():\n    from lazystore.b import g\n"
+    b = "from lazystore.a import f\n"
+    (tmp_path / "a.py").write_text(a)
+    (tmp_path / "b.py").write_text(b)
+    MODULES["lazystore.a"], MODULES["lazystore.b"] = tmp_path / "a.py", tmp_path / "b.py"
+    try:
+        assert imported("lazystore.a", tmp_path / "a.py") == {"lazystore.b"}
+        assert imported("lazystore.b", tmp_path / "b.py") == {"lazystore.a"}
+    finally:
+        del MODULES["lazystore.a"], MODULES["lazystore.b"]
+
+
+def test_modules_are_small():
+    big = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not big, f"modules over {MAX_LINES} lines: {big}"
+
+
+def test_init_modules_only_re_export():
+    allowed = (ast.Import, ast.ImportFrom, ast.Expr)  # imports and the docstring
+    for name, path in MODULES.items():
+        if path.name != "__init__.py":
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, allowed):
+                continue
+            # __all__, and plain constants such as __version__
+            assert isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets), (
+                f"{name}: {ast.dump(node)[:80]} is logic, not a re-export")
+
+
+def test_every_noqa_says_why():
+    marker = re.compile(r"#\s*noqa(?::\s*[A-Z0-9, ]+)?(\s.*)?$")
+    bare = []
+    for path in [*PACKAGE.rglob("*.py"), *(REPO / "tests").rglob("*.py"), *(REPO / "benchmarks").rglob("*.py")]:
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            m = marker.search(line)
+            if m and not re.match(r"\s*-+\s*\S", m.group(1) or ""):
+                bare.append(f"{path.relative_to(REPO)}:{lineno}: {line.strip()}")
+    assert not bare, "noqa without a reason (write '# noqa: CODE - why'):\n" + "\n".join(bare)
