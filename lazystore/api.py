@@ -17,7 +17,7 @@ from lazystore.training import tree
 from lazystore.sources import local_path
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore.views.checkpoint import CheckpointView
-from lazystore.interop.sharded import ShardedWriter
+from lazystore.interop.sharded_writer import ShardedWriter
 from lazystore._native.writer import Writer
 
 
@@ -70,7 +70,7 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     ``writer_options`` are :class:`Writer`'s (``alignment``, ``chunk_bytes``).
 
     With ``max_shard_size`` (bytes), ``path`` is a local folder: the tensors
-    go into shards ``model-00001-of-0000N.lzy`` of at most that size (a
+    go into shards ``model-00001-of-0000N-<save id>.lzy`` of at most that size (a
     bigger tensor gets a shard of its own) plus ``lazystore.index.json``,
     which :func:`open` and :func:`load` read as one checkpoint. See
     docs/format.md, "Sharded folders".

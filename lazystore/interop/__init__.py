@@ -14,7 +14,7 @@
 
 from lazystore.interop.convert import copy, from_npz, from_safetensors, from_torch, to_lazystore, to_safetensors
 from lazystore.interop.safetensors import SafetensorsWriter
-from lazystore.interop.sharded import ShardedWriter
+from lazystore.interop.sharded_writer import ShardedWriter
 
 __all__ = ["SafetensorsWriter", "ShardedWriter", "copy", "from_npz", "from_safetensors", "from_torch",
            "to_lazystore", "to_safetensors"]

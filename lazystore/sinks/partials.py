@@ -35,7 +35,7 @@ def partial_name(target_name: str) -> str:
 def create(target: Path) -> tuple[Path, int]:
     """Create and lock a new partial file for ``target``: (path, file descriptor)."""
     path = target.parent / partial_name(target.name)
-    with _folder_lock(target.parent, fcntl.LOCK_SH):
+    with folder_lock(target.parent, fcntl.LOCK_SH):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -52,7 +52,7 @@ def remove_stale(folder: Path) -> list[Path]:
     and so is everything while another writer is creating its file."""
     removed: list[Path] = []
     try:
-        with _folder_lock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB):
+        with folder_lock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB):
             for name in os.listdir(folder):
                 if PARTIAL_NAME.fullmatch(name) and _remove_if_unlocked(folder / name):
                     removed.append(folder / name)
@@ -78,7 +78,7 @@ def _remove_if_unlocked(path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _folder_lock(folder: Path, operation: int):
+def folder_lock(folder: Path, operation: int):
     """Hold ``flock(operation)`` on the folder itself for the block. Where a
     file system cannot lock folders, creators go ahead unlocked (and clean-ups
     find it unlockable and skip: leaving a dead file beats deleting a live one)."""

@@ -19,6 +19,12 @@ def same(a, b) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
+def shards(folder) -> list[str]:
+    """The shard file names the folder's index names, in order."""
+    index = json.loads((folder / "lazystore.index.json").read_text())
+    return sorted(set(index["weight_map"].values()))
+
+
 def tensors():
     rng = np.random.default_rng(0)
     return {f"layer{i}.w": rng.standard_normal((64, 64)).astype(np.float32) for i in range(5)}
@@ -28,10 +34,11 @@ def test_save_and_open_a_sharded_folder(tmp_path):
     ref = tensors()
     folder = tmp_path / "ckpt"
     ls.save(ref, folder, max_shard_size=40_000, metadata={"step": 9})
-    names = sorted(p.name for p in folder.iterdir())
-    assert names == ["lazystore.index.json"] + [f"model-0000{i}-of-00003.lzy" for i in (1, 2, 3)]
     index = json.loads((folder / "lazystore.index.json").read_text())
-    assert index["weight_map"]["layer0.w"] == "model-00001-of-00003.lzy"
+    save = index["save_id"][:12]
+    assert shards(folder) == [f"model-0000{i}-of-00003-{save}.lzy" for i in (1, 2, 3)]
+    assert sorted(p.name for p in folder.iterdir()) == ["lazystore.index.json", *shards(folder)]
+    assert index["weight_map"]["layer0.w"] == f"model-00001-of-00003-{save}.lzy"
     with ls.open(folder) as ck:
         assert list(ck) == list(ref) and ck.metadata == {"step": 9}
         assert all(same(ck[n], ref[n]) for n in ref)
@@ -47,7 +54,7 @@ def test_save_and_open_a_sharded_folder(tmp_path):
 def test_verify_covers_every_shard(tmp_path):
     folder = tmp_path / "ckpt"
     ls.save(tensors(), folder, max_shard_size=40_000)
-    shard = folder / "model-00003-of-00003.lzy"
+    shard = folder / shards(folder)[2]
     with ls.open(shard) as ck:
         off = ck.info("layer4.w").offset
     data = bytearray(shard.read_bytes())
@@ -71,7 +78,8 @@ def test_resave_with_fewer_shards_removes_stale_ones(tmp_path):
     ls.save(tensors(), folder, max_shard_size=20_000)
     assert len(list(folder.glob("model-*.lzy"))) == 5
     ls.save(tensors(), folder, max_shard_size=1 << 30)
-    assert sorted(p.name for p in folder.iterdir()) == ["lazystore.index.json", "model-00001-of-00001.lzy"]
+    assert len(shards(folder)) == 1 and shards(folder)[0].startswith("model-00001-of-00001-")
+    assert sorted(p.name for p in folder.iterdir()) == ["lazystore.index.json", *shards(folder)]
     with ls.open(folder) as ck:
         assert len(ck) == 5
 
@@ -80,7 +88,7 @@ def test_shards_of_another_save_are_refused(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     ls.save(tensors(), a, max_shard_size=40_000)
     ls.save(tensors(), b, max_shard_size=40_000)
-    (a / "model-00002-of-00003.lzy").write_bytes((b / "model-00002-of-00003.lzy").read_bytes())
+    (a / shards(a)[1]).write_bytes((b / shards(b)[1]).read_bytes())
     with pytest.raises(ls.FormatError, match="another save"):
         ls.open(a)
 
@@ -91,12 +99,13 @@ def test_inconsistent_folders_give_format_error(tmp_path, damage):
     ls.save(tensors(), folder, max_shard_size=40_000)
     index_path = folder / "lazystore.index.json"
     index = json.loads(index_path.read_text())
+    names = shards(folder)
     if damage == "missing-shard":
-        (folder / "model-00002-of-00003.lzy").unlink()
+        (folder / names[1]).unlink()
     elif damage == "wrong-map":
-        index["weight_map"]["layer0.w"] = "model-00002-of-00003.lzy"
+        index["weight_map"]["layer0.w"] = names[1]
     elif damage == "escape":
-        index["weight_map"]["layer0.w"] = "../model-00001-of-00003.lzy"
+        index["weight_map"]["layer0.w"] = "../" + names[0]
     elif damage == "not-json":
         index_path.write_text("{")
     elif damage == "no-index":

@@ -10,6 +10,7 @@ writer's temporary file.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -30,6 +31,8 @@ SAVER = textwrap.dedent(
     import sys, numpy as np, lazystore as ls
     kind, target, start = sys.argv[1], sys.argv[2], int(sys.argv[3])
     mgr = ls.CheckpointManager(target, keep_last=2) if kind == "manager" else None
+    if kind == "retention":  # small checkpoints, one kept: kills land in retention often
+        mgr = ls.CheckpointManager(target, keep_last=1)
     print("ready", flush=True)
     version = start
     while True:
@@ -38,8 +41,13 @@ SAVER = textwrap.dedent(
         # kills land in data, in the index and around the rename.
         state = {f"t{i}": np.full((768, 1024), version, np.float64 if i % 2 else np.float32)
                  for i in range(6)}
-        if kind == "manager":
+        if kind == "retention":
+            mgr.save(version, {"t0": np.full(16, version, np.float32)}, metrics={"version": version})
+        elif kind == "manager":
             mgr.save(version, state, metrics={"version": version})
+        elif kind == "sharded":  # 4 MiB shards: kills land in shards, between renames, in the index
+            ls.save(state, target, compression="zstd" if version % 2 else None,
+                    metadata={"version": version}, max_shard_size=4 << 20)
         else:
             ls.save(state, target, compression="zstd" if version % 2 else None,
                     metadata={"version": version})
@@ -122,6 +130,52 @@ def test_killed_manager_save_never_lists_a_broken_checkpoint(tmp_path):
     mgr = ls.CheckpointManager(folder, keep_last=2)
     mgr.save(last + 1, {"t0": np.full(4, last + 1, np.float32)}, metrics={"version": last + 1})
     assert sorted(p.name for p in folder.iterdir()) == [mgr.path(s).name for s in mgr.steps()]
+
+
+def test_killed_sharded_save_leaves_one_complete_save(tmp_path):
+    rng = random.Random(4321)
+    folder = tmp_path / "ckpt"
+    ls.save({f"t{i}": np.zeros((768, 1024), np.float64 if i % 2 else np.float32) for i in range(6)},
+            folder, metadata={"version": 0}, max_shard_size=4 << 20)
+    last = 0
+    mid_save = 0
+    for kill in range(KILLS):
+        _run_and_kill("sharded", folder, last, rng)
+        with ls.open(folder) as ck:  # never refused
+            assert ck.verify() == []
+            version = _one_version(ck)
+            assert ck.metadata == {"version": version} and version >= last
+            last = version
+        # What a killed save leaves is hidden (staging) or not named by the index.
+        index = json.loads((folder / "lazystore.index.json").read_text())
+        named = set(index["weight_map"].values()) | {"lazystore.index.json"}
+        leftovers = [p.name for p in folder.iterdir() if p.name not in named]
+        mid_save += bool(leftovers)
+    print(f"sharded save: {KILLS} kills survived, {mid_save} of them mid-save, last version {last}")
+    assert mid_save >= KILLS // 3, f"only {mid_save} of {KILLS} kills landed mid-save"
+    # The next save removes everything the kills left.
+    ls.save({"t0": np.ones(3)}, folder, max_shard_size=1 << 20)
+    index = json.loads((folder / "lazystore.index.json").read_text())
+    assert sorted(p.name for p in folder.iterdir()) == sorted({"lazystore.index.json", *index["weight_map"].values()})
+
+
+def test_killed_manager_in_retention_keeps_a_restorable_step(tmp_path):
+    rng = random.Random(7)
+    folder = tmp_path / "ckpts"
+    last = 0
+    for kill in range(KILLS):
+        _run_and_kill("retention", folder, last, rng)
+        mgr = ls.CheckpointManager(folder, keep_last=1)
+        steps = mgr.steps()
+        # The new step, and the old one if killed in retention (none only
+        # if the first save never finished).
+        assert len(steps) <= 2 and (steps or last == 0), steps
+        for step in steps:
+            assert float(mgr.restore(step)["t0"][0]) == step
+        if steps:
+            assert steps[-1] >= last
+            last = steps[-1]
+    assert last > KILLS, "the saver barely saved; kill later"
 
 
 @pytest.mark.parametrize("compression", [None, "zstd"])

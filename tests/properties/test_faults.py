@@ -9,6 +9,7 @@ temporary file is left, and the next save works."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 
 import numpy as np
@@ -160,3 +161,31 @@ def test_a_failing_background_flush_fails_the_save(tmp_path, monkeypatch):
     assert faults.failed == (1, "fdatasync") and raised.value.errno == errno.EIO
     assert check_one_of(path, state(1)) is not None
     assert os.listdir(tmp_path) == ["ck.lzy"]
+
+
+@pytest.mark.parametrize("errnum", ERRNOS, ids=errno.errorcode.get)
+def test_every_failing_call_of_a_sharded_save_keeps_the_previous_folder(tmp_path, errnum):
+    folder = tmp_path / "ckpt"
+    old, new = state(1), state(2)
+
+    def listed() -> list[str]:
+        with open(folder / "lazystore.index.json") as f:
+            return sorted(["lazystore.index.json", *set(json.load(f)["weight_map"].values())])
+
+    for k, faults in every_fault(lambda: ls.save(old, folder, max_shard_size=100_000),
+                                 lambda: ls.save(new, folder, max_shard_size=100_000), errnum):
+        with ls.open(folder) as ck:
+            assert ck.verify() == []
+            assert same(ck, old) or published(faults) and same(ck, new), f"call {k} ({faults.failed})"
+        names = sorted(os.listdir(folder))
+        assert not [n for n in names if n.startswith(".")], f"call {k} ({faults.failed}): staging files left"
+        if published(faults):
+            # The new index is in place but its durability unconfirmed: the
+            # old shards stay until a save has made an index durable.
+            assert set(listed()) <= set(names)
+        else:  # only the index and the shards it names
+            assert names == listed(), f"call {k} ({faults.failed}): files left"
+    ls.save(new, folder, max_shard_size=100_000)
+    with ls.open(folder) as ck:
+        assert same(ck, new) and len(ck.shards) >= 2
+    assert sorted(os.listdir(folder)) == listed()
