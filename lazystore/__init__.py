@@ -21,7 +21,7 @@ from lazystore.errors import (
     VerificationUnavailableError,
 )
 from lazystore._native.layout import FORMAT_MAJOR, FORMAT_MINOR
-from lazystore._native.index import TensorInfo
+from lazystore.views.base import TensorInfo
 from lazystore.training.manager import CheckpointManager
 from lazystore.views.checkpoint import CheckpointView, TensorSlice
 from lazystore._native.writer import Writer

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass
 from itertools import accumulate
 from typing import NamedTuple
 
@@ -31,6 +30,7 @@ from lazystore._native import layout as fmt
 from lazystore._core.chunking import ChunkGrid
 from lazystore._core.dtypes import BY_CODE
 from lazystore._core import strict_json
+from lazystore.codecs import CODECS_BY_ID
 from lazystore.errors import FormatError
 from lazystore._core.keys import KeyTable
 
@@ -47,33 +47,9 @@ MAX_EXPANSION = 1 << 15
 # fetching a 16th of its entries one by one.
 BULK_ENTRIES = 64
 
-CODEC_NAMES = {0: None, 1: "zstd"}
-
 # An entry read as six 64-bit words; the last packs the small fields.
 _ENTRY_SIZE, _CHUNK_SIZE = fmt.ENTRY_DTYPE.itemsize, fmt.CHUNK_DTYPE.itemsize
 _WORDS = struct.Struct(f"<{_ENTRY_SIZE // 8}Q")
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """What the index says about one tensor; no data is read to build it."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    nbytes: int  # decoded size
-    stored_nbytes: int  # bytes in the file, padding excluded
-    compression: str | None  # None for raw tensors, else the codec name
-    chunk_count: int
-    offset: int  # absolute file offset of the first stored byte
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
 
 
 class Entry(NamedTuple):
@@ -105,10 +81,6 @@ class Entry(NamedTuple):
     def decoded_offsets(self) -> list[int]:
         """Offset of each chunk's bytes within the decoded tensor."""
         return list(accumulate(self.decoded[:-1], initial=0))
-
-    def info(self) -> TensorInfo:
-        return TensorInfo(self.name, self.dtype, self.shape, self.nbytes, self.stored_nbytes,
-                          CODEC_NAMES[self.codec], len(self.stored), self.data_offset)
 
 
 class Index:
@@ -325,7 +297,7 @@ def _check_small_fields(code: int, codec: int, ndim: int, axis: int, planes: int
         raise FormatError("reserved entry bytes are not zero")
     if code not in BY_CODE:
         raise FormatError("unknown dtype code")
-    if codec not in CODEC_NAMES:
+    if codec not in CODECS_BY_ID:
         raise FormatError("unknown codec")
     if codec == 0 and planes != 1:
         raise FormatError("raw tensor with byte planes")

@@ -25,8 +25,8 @@ import numpy as np
 from lazystore.training import tree
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore.errors import FormatError
-from lazystore._native.index import TensorInfo
 from lazystore.views.arrays import ArraysView
+from lazystore.views.base import TensorInfo
 
 ZIP_MAGIC = b"PK\x03\x04"
 
@@ -123,9 +123,7 @@ def open_npz(path) -> ArraysView:
         except (ValueError, OSError, zipfile.BadZipFile) as exc:
             raise FormatError(f"{path}: cannot read {name!r}: {exc}") from None
 
-    view = ArraysView(str(path), infos, get, fmt="npz")
-    view._closers.append(npz.close)
-    return view
+    return ArraysView(str(path), infos, get, fmt="npz", release=npz.close)
 
 
 def open_archive(path) -> ArraysView:

@@ -7,65 +7,66 @@ checkpoint; :mod:`lazystore.interop.archives` builds it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from functools import partial
 
 import numpy as np
 
-from lazystore._native.index import TensorInfo
-from lazystore.errors import TensorNotFoundError, VerificationUnavailableError
-from lazystore.views.base import ViewBase
+from lazystore.errors import VerificationUnavailableError
+from lazystore.views.base import TensorInfo, TensorSlice, ViewBase
 
 
 class ArraysView(ViewBase):
     """A checkpoint-like Mapping over tensors already at hand (torch tensors
-    of a memory-mapped zip, or members of an npz read one at a time)."""
+    of a memory-mapped zip, or members of an npz read one at a time).
 
-    def __init__(self, name: str, infos: dict[str, TensorInfo], get, *, fmt: str, system_metadata=None):
+    ``get(name)`` gives a tensor's array; ``release()``, when given, frees
+    what ``get`` reads from, once, when the view is closed. Such archives
+    record no checksums, so :meth:`verify` is unavailable. The contract is
+    :class:`ViewBase`'s.
+    """
+
+    def __init__(self, name: str, infos: dict[str, TensorInfo], get, *, fmt: str, system_metadata=None,
+                 release=None):
         self.name = name
-        self._infos = infos
+        self._table = infos
         self._get = get
+        self._on_release = release
         self.format = fmt
-        self.metadata: dict = {}
-        self.system_metadata: dict = dict(system_metadata or {})
-        self._closers: list = []
+        self._metadata: dict = {}
+        self._system_metadata: dict = dict(system_metadata or {})
+
+    def _selection(self, table: dict) -> ArraysView:
+        return ArraysView(self.name, table, self._get, fmt=self.format, system_metadata=self._system_metadata)
+
+    def _release(self) -> None:
+        if self._on_release is not None:
+            self._on_release()
 
     def __getitem__(self, name: str) -> np.ndarray:
-        if name not in self._infos:
-            raise TensorNotFoundError(f"no tensor named {name!r} in {self.name}")
+        self._lookup(name)
         return self._get(name)
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._infos)
-
-    def __len__(self) -> int:
-        return len(self._infos)
-
     def info(self, name: str) -> TensorInfo:
-        if name not in self._infos:
-            raise TensorNotFoundError(f"no tensor named {name!r} in {self.name}")
-        return self._infos[name]
+        return self._lookup(name)
 
-    def get_slice(self, name: str) -> np.ndarray:
-        return self[name]  # an array: indexing it is the slice
+    def get_slice(self, name: str) -> TensorSlice:
+        """A slice handle; an npz member is read whole to take the part (zip
+        members cannot be read from the middle), a torch tensor is a view of
+        the mapped zip."""
+        info = self._lookup(name)
+        return TensorSlice(self, name, info.dtype, info.shape, partial(self._read_part, name))
 
-    def select(self, keys_or_glob) -> "ArraysView":
-        names = self._resolve(keys_or_glob)
-        sub = ArraysView(self.name, {n: self._infos[n] for n in names}, self._get, fmt=self.format,
-                         system_metadata=self.system_metadata)
-        sub.metadata = self.metadata
-        return sub
+    def _read_part(self, name: str, index, _picks):
+        return self._get(name)[index]
 
     def verify(self, keys=None) -> list[str]:
+        self._check_open()
         raise VerificationUnavailableError(f"cannot verify {self.name}: a {self.format} file records no checksums")
 
     def load(self, keys=None, *, verify: bool = False) -> dict[str, np.ndarray]:
-        names = list(self) if keys is None else self._resolve(keys)
-        return {n: np.array(self[n]) for n in names}
-
-    def close(self) -> None:
-        for close in self._closers:
-            close()
-        self._closers = []
+        """Writable copies of some or all tensors (there is nothing to verify)."""
+        return {n: np.array(self._get(n)) for n in self._wanted(keys)}
 
     def __repr__(self) -> str:
-        return f"<ArraysView {self.format} {self.name!r}: {len(self)} tensors>"
+        state = "closed" if self.closed else f"{len(self._table)} tensors"
+        return f"<ArraysView {self.format} {self.name!r}: {state}>"

@@ -111,7 +111,7 @@ def test_a_compressed_slice_fetches_only_the_chunks_it_needs(tmp_path, server):
         server.clear()
         rows = ck.get_slice(name)[20:40]  # rows 20-39: chunks 1 and 2
         assert np.array_equal(rows, arrays[name][20:40])
-        entry = ck._index.entry(ck._positions[name])
+        entry = ck._entry(name)
         start = entry.chunk_offsets()[1]
         stop = entry.chunk_offsets()[2] + entry.stored[2]
         assert server.bytes_served == stop - start and within(server, start, stop)
@@ -421,7 +421,7 @@ def test_s3_save_open_read_verify(s3_options, bucket):
     url = f"s3://{bucket}/ck.lzy"
     ls.save(arrays, url, compression="zstd", storage_options=s3_options)
     with ls.open(url, storage_options=s3_options) as ck:
-        assert isinstance(ck._source, FsspecSource)
+        assert isinstance(ck._file.source, FsspecSource)
         assert np.array_equal(ck["layer.5.weight"], arrays["layer.5.weight"])
         assert np.array_equal(ck.get_slice("layer.6.weight")[3:9], arrays["layer.6.weight"][3:9])
         assert ck.verify() == []
