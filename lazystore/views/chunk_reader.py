@@ -108,7 +108,8 @@ class ChunkReader:
         ok = [True] * len(entries)
         fetches = []
         for k, entry in enumerate(entries):
-            for c, start in enumerate(entry.chunk_offsets()):
+            # An empty tensor has no chunk, though chunk_offsets() gives it one offset.
+            for c, start in zip(range(entry.chunk_count), entry.chunk_offsets()):
                 fetches.append((start, start + entry.stored[c], partial(self._note_checksum, ok, k, entry, c)))
             fetches.append((entry.data_offset + entry.stored_nbytes, entry.padding_end,
                             partial(self._note_zeros, ok, k)))
