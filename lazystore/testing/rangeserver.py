@@ -4,31 +4,71 @@ For lazystore's tests and benchmarks of remote reading: it serves byte
 strings (or anything bytes-like, such as an mmap of a big file) at ``http://127.0.0.1:<ephemeral port>/<name>``,
 answers ``Range: bytes=a-b`` with 206 Partial Content, and records every
 request (method, range asked, status, body bytes sent), so a test can assert
-exactly what a reader fetched. It can also misbehave on demand, the way real
-servers and networks do: break off mid-body, send a short body, stall, or
-ignore Range. Standard library only; it listens on 127.0.0.1 alone.
+exactly what a reader fetched. Every answer carries an ``ETag`` that
+changes when the object is replaced (``server.files[name] = other``).
+Standard library only; it listens on 127.0.0.1 alone.
 
->>> with RangeServer({"ck.lzy": data}) as server:          # doctest: +SKIP
+It can also misbehave on demand, the way real servers and networks do (see
+:data:`FAULTS`): answer 503 (with ``Retry-After``), break off mid-body, send
+a short body, stall, ignore Range, reset the connection, flip a byte of the
+body, or have the object replaced between two requests. Faults come from
+
+- ``server.faults``: a list of fault kinds (or :class:`Fault`), one taken by
+  each GET, first to last;
+- ``server.plan``: a callable given each :class:`Request` (HEAD and GET)
+  when the list is empty, answering a kind, a :class:`Fault` or None.
+  :class:`Every` faults every k-th request (or the first n);
+  :class:`RandomFaults` draws faults from a seed and the request itself
+  (method, path, range and attempt), never from arrival order, so the same
+  seed gives the same faults even when requests arrive concurrently.
+
+>>> with RangeServer({"ck.lzy": data}, plan=Every(3, Fault("error", retry_after=1))) as server:  # doctest: +SKIP
 ...     ck = lazystore.open(server.url("ck.lzy"))
-...     server.gets, server.bytes_served
+...     server.gets, server.bytes_served, [r.fault for r in server.requests]
 """
 
 from __future__ import annotations
 
+import itertools
+import random
 import re
+import socket
+import struct
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
 
-# What the next GET requests do instead of answering properly, one each:
+# What a request can get instead of a proper answer. HEAD requests heed only
+# "error", "reset" and "swap"; the others answer a HEAD properly.
 FAULTS = (
-    "cut",  # send the headers and half the body, then close the connection
+    "cut",  # send the headers (Content-Length: all of it) and half the body, then close the connection
     "short",  # a well-formed answer of half the bytes asked for
     "stall",  # send the headers and half the body, then go silent (up to stall_seconds)
     "whole",  # ignore Range: 200 with the whole object
-    "error",  # 503 Service Unavailable
+    "error",  # an error status: 503 Service Unavailable unless the Fault says otherwise
+    "reset",  # reset the connection (TCP RST) instead of answering
+    "flip",  # the right answer, but one byte of the body flipped (xor 0xff) in transit
+    "swap",  # the object is replaced by Fault.data, then the request answered from the new bytes
 )
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One request's fault, with its details."""
+
+    kind: str  # one of FAULTS
+    status: int = 503  # "error": the status sent
+    retry_after: int | None = None  # "error": a Retry-After header, in seconds
+    at: int | None = None  # "flip": the body byte flipped (default: drawn from the server's seed)
+    data: bytes | None = None  # "swap": the object's new bytes
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULTS:
+            raise ValueError(f"unknown fault {self.kind!r}; expected one of {FAULTS}")
+        if self.kind == "swap" and self.data is None:
+            raise ValueError("a swap needs the new bytes (data=...)")
 
 
 @dataclass
@@ -39,7 +79,47 @@ class Request:
     stop: int | None
     status: int = 0
     sent: int = 0  # body bytes written
-    fault: str | None = None
+    fault: str | None = None  # the kind of fault it got
+    attempt: int = 1  # 1 + how many earlier requests asked for the same method, path and range
+    flipped: int | None = None  # "flip": the offset (in the object) of the byte flipped
+
+
+class Every:
+    """A plan: ``fault`` for every ``k``-th request of ``method`` (None: of
+    any method), the k-th, 2k-th, ..., at most ``limit`` times.
+    ``Every(1, f, limit=n)`` faults the first n. Counts in arrival order:
+    deterministic for requests sent one at a time."""
+
+    def __init__(self, k: int, fault: str | Fault, *, limit: int | None = None, method: str | None = "GET"):
+        self.k, self.fault, self.limit, self.method = k, fault, limit, method
+        self.seen = self.hits = 0
+
+    def __call__(self, request: Request) -> str | Fault | None:
+        if self.method is not None and request.method != self.method:
+            return None
+        self.seen += 1
+        if self.seen % self.k or (self.limit is not None and self.hits >= self.limit):
+            return None
+        self.hits += 1
+        return self.fault
+
+
+class RandomFaults:
+    """A seeded plan: a request of ``methods`` gets one of ``kinds`` with
+    probability ``rate``, drawn from the seed and the request's method, path,
+    range and attempt alone (not arrival order), so a seed always gives the
+    same faults."""
+
+    KINDS = ("error", "cut", "short", "whole", "reset", "flip")
+
+    def __init__(self, seed: int, rate: float = 0.3, kinds=KINDS, *, methods=("GET",)):
+        self.seed, self.rate, self.kinds, self.methods = seed, rate, tuple(kinds), tuple(methods)
+
+    def __call__(self, request: Request) -> str | None:
+        if request.method not in self.methods:
+            return None
+        rng = _rng(self.seed, request)
+        return rng.choice(self.kinds) if rng.random() < self.rate else None
 
 
 class RangeServer:
@@ -47,12 +127,18 @@ class RangeServer:
 
     PIECE = 1 << 20  # bodies are written a piece at a time, never copied whole
 
-    def __init__(self, files: dict | None = None, *, delay: float = 0.0, stall_seconds: float = 5.0):
+    def __init__(self, files: dict | None = None, *, delay: float = 0.0, stall_seconds: float = 5.0,
+                 plan=None, seed: int = 0):
         self.files = dict(files or {})
         self.requests: list[Request] = []
-        self.faults: list[str] = []  # consumed by GET requests, first to last
+        self.faults: list[str | Fault] = []  # consumed by GET requests, first to last
+        self.plan = plan  # request -> fault kind, Fault or None; asked when ``faults`` is empty
+        self.seed = seed  # where a flipped byte falls, when its Fault does not say
         self.delay = delay  # seconds every GET waits before answering
         self.stall_seconds = stall_seconds
+        self._attempts: dict[tuple, int] = {}
+        self._etags: dict[str, tuple[object, str]] = {}  # name -> (the object, its ETag)
+        self._versions = itertools.count(1)
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
@@ -62,7 +148,7 @@ class RangeServer:
 
     # -- life cycle ------------------------------------------------------------------
 
-    def start(self) -> "RangeServer":
+    def start(self) -> Self:
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True,
@@ -71,14 +157,17 @@ class RangeServer:
         return self
 
     def stop(self) -> None:
+        """Stop listening and end every open connection: a client's pooled
+        keep-alive connection must not go on being served once stopped."""
         self._stopping.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+            self._server.close_connections()
             self._thread.join()
             self._server = None
 
-    def __enter__(self) -> "RangeServer":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -94,9 +183,10 @@ class RangeServer:
         return f"http://127.0.0.1:{self.port}/{name}"
 
     def clear(self) -> None:
-        """Forget the requests recorded so far."""
+        """Forget the requests recorded so far (and start counting attempts afresh)."""
         with self._lock:
             self.requests.clear()
+            self._attempts.clear()
             self.max_in_flight = self.in_flight
 
     @property
@@ -108,17 +198,60 @@ class RangeServer:
         """Body bytes sent by every GET so far."""
         return sum(r.sent for r in self.gets)
 
-    def _record(self, request: Request) -> str | None:
+    def _record(self, request: Request) -> Fault | None:
+        """Note the request; the fault it gets, if any (a swap is done here)."""
         with self._lock:
+            key = (request.method, request.path, request.start, request.stop)
+            request.attempt = self._attempts[key] = self._attempts.get(key, 0) + 1
             self.requests.append(request)
+            fault = None
             if request.method == "GET" and self.faults:
-                request.fault = self.faults.pop(0)
-            return request.fault
+                fault = self.faults.pop(0)
+            elif self.plan is not None:
+                fault = self.plan(request)
+            if isinstance(fault, str):
+                fault = Fault(fault)
+            if fault is not None:
+                request.fault = fault.kind
+                if fault.kind == "swap":
+                    self.files[request.path.lstrip("/")] = fault.data
+            return fault
+
+    def _etag(self, name: str, data) -> str:
+        """A strong ETag for the object now at ``name``: a new one whenever it is replaced."""
+        with self._lock:
+            held = self._etags.get(name)
+            if held is None or held[0] is not data:  # the object itself is held: no id reuse
+                held = self._etags[name] = (data, f'"{len(data):x}-{next(self._versions)}"')
+            return held[1]
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     owner: RangeServer
+
+    def server_bind(self) -> None:
+        super().server_bind()
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+
+    def process_request(self, request, client_address) -> None:
+        with self.connections_lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request) -> None:
+        with self.connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self.connections_lock:
+            for connection in self.connections:
+                try:
+                    connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
     def handle_error(self, request, client_address) -> None:
         pass  # a client that hung up is part of the tests, not news
@@ -133,15 +266,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_HEAD(self) -> None:
         owner = self.server.owner
-        data = owner.files.get(self.path.lstrip("/"))
         req = Request("HEAD", self.path, None, None)
-        owner._record(req)
+        fault = owner._record(req)
+        data = owner.files.get(self.path.lstrip("/"))
         if data is None:
             return self._empty(404, req)
+        if fault is not None and fault.kind in ("error", "reset"):
+            return self._fail(fault, req)
         req.status = 200
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", owner._etag(self.path.lstrip("/"), data))
         self.end_headers()
 
     def do_GET(self) -> None:
@@ -158,21 +294,26 @@ class _Handler(BaseHTTPRequestHandler):
                 owner.in_flight -= 1
 
     def _get(self, owner: RangeServer) -> None:
-        data = owner.files.get(self.path.lstrip("/"))
-        size = len(data) if data is not None else 0
-        start, stop = _parse_range(self.headers.get("Range"), size)
+        name = self.path.lstrip("/")
+        data = owner.files.get(name)
+        start, stop = _parse_range(self.headers.get("Range"), len(data) if data is not None else 0)
         req = Request("GET", self.path, start, stop)
         fault = owner._record(req)
+        kind = fault.kind if fault is not None else None
+        if kind == "swap":  # answered from the new bytes
+            data = fault.data
+            start, stop = _parse_range(self.headers.get("Range"), len(data))
         if owner.delay:
             owner._stopping.wait(owner.delay)
         if data is None:
             return self._empty(404, req)
-        if fault == "error":
-            return self._empty(503, req)
-        if start is None or fault == "whole":
+        if kind in ("error", "reset"):
+            return self._fail(fault, req)
+        size = len(data)
+        if start is None or kind == "whole":
             status, body = 200, memoryview(data)
         elif start >= size or stop <= start:
-            return self._empty(416, req)
+            return self._empty(416, req, {"Content-Range": f"bytes */{size}"})
         else:
             status, body = 206, memoryview(data)[start:stop]
         half = body[: len(body) // 2]
@@ -181,16 +322,23 @@ class _Handler(BaseHTTPRequestHandler):
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
         self.send_header("Accept-Ranges", "bytes")
-        self.send_header("Content-Length", str(len(half) if fault == "short" else len(body)))
+        self.send_header("ETag", owner._etag(name, data))
+        self.send_header("Content-Length", str(len(half) if kind == "short" else len(body)))
         self.end_headers()
-        if fault in ("cut", "stall", "short"):
+        if kind in ("cut", "stall", "short"):
             self._send(half, req)
             self.wfile.flush()
-            if fault == "stall":
+            if kind == "stall":
                 owner._stopping.wait(owner.stall_seconds)
-            if fault != "short":
+            if kind != "short":
                 self.close_connection = True
             return
+        if kind == "flip" and len(body):
+            at = fault.at if fault.at is not None else _rng(owner.seed, req).randrange(len(body))
+            req.flipped = (start or 0) + at
+            body = bytearray(body)  # a copy: the object itself stays intact
+            body[at] ^= 0xFF
+            body = memoryview(body)
         self._send(body, req)
 
     def _send(self, body: memoryview, req: Request) -> None:
@@ -199,11 +347,28 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body[start : start + piece])
             req.sent += len(body[start : start + piece])
 
-    def _empty(self, status: int, req: Request) -> None:
+    def _empty(self, status: int, req: Request, headers: dict | None = None) -> None:
         req.status = status
         self.send_response(status)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
         self.send_header("Content-Length", "0")
         self.end_headers()
+
+    def _fail(self, fault: Fault, req: Request) -> None:
+        """An "error" status (with Retry-After if the fault says), or a reset connection."""
+        if fault.kind == "error":
+            return self._empty(fault.status, req,
+                               {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else None)
+        # SO_LINGER with a zero timeout: closing the socket sends RST, not FIN.
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+
+
+def _rng(seed: int, request: Request) -> random.Random:
+    """A generator seeded by ``seed`` and the request's method, path, range and
+    attempt: the same request always draws the same numbers."""
+    return random.Random(f"{seed}:{request.method}:{request.path}:{request.start}:{request.stop}:{request.attempt}")
 
 
 def _parse_range(header: str | None, size: int) -> tuple[int | None, int | None]:
@@ -220,4 +385,4 @@ def _parse_range(header: str | None, size: int) -> tuple[int | None, int | None]
     return start, stop
 
 
-__all__ = ["FAULTS", "RangeServer", "Request"]
+__all__ = ["FAULTS", "Every", "Fault", "RandomFaults", "RangeServer", "Request"]
