@@ -1,9 +1,10 @@
 """Remote checkpoints, against real servers on loopback started here.
 
-- HTTP: lazystore.rangeserver, an http.server honouring Range with 206
-  answers that records every request and the bytes it sent, so each test
+- HTTP: lazystore.testing.rangeserver, an http.server honouring Range with
+  206 answers that records every request and the bytes it sent, so each test
   asserts exactly what a reader fetched; it also misbehaves on demand
-  (breaks off, short bodies, stalls, ignores Range).
+  (breaks off, short bodies, stalls, ignores Range; test_remote_faults.py
+  goes through every fault it has).
 - S3: moto's ThreadedMotoServer, the way s3fs's own tests run.
 - memory://, fsspec's in-process store.
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-import logging
 import socket
 import time
 import uuid
@@ -26,31 +26,10 @@ import pytest
 
 import lazystore as ls
 from lazystore._native import layout as fmt
-from lazystore.testing.rangeserver import RangeServer
 from lazystore.sources import LocalFile, is_url, local_path, open_source
 from lazystore.sources.fsspec import MAX_GAP, MAX_REQUEST, FsspecSource
 from lazystore.testing.strategies import reaches_mmap, same_tree
-
-SHAPE = (256, 128)  # 128 KiB of float32: wider than the merge gap, so non-neighbours stay apart
-
-
-def tensors(n: int = 16, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    # Rounded values compress well, so zstd keeps every tensor compressed.
-    return {f"layer.{i}.weight": np.round(rng.standard_normal(SHAPE), 1).astype(np.float32) for i in range(n)}
-
-
-def file_bytes(tmp_path, arrays, **options) -> bytes:
-    path = tmp_path / f"{uuid.uuid4().hex}.lzy"
-    ls.save(arrays, path, **options)
-    return path.read_bytes()
-
-
-@pytest.fixture
-def server():
-    with RangeServer() as s:
-        yield s
-
+from tests.sources.checkpoints import file_bytes, tensors
 
 @pytest.fixture(params=[None, "zstd"])
 def served(request, tmp_path, server):
@@ -397,23 +376,7 @@ def test_nested_state_through_a_url(memory_url):
 # ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def s3_options():
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    host, port = moto.get_host_and_port()
-    yield {"client_kwargs": {"endpoint_url": f"http://{host}:{port}"}, "key": "x", "secret": "y"}
-    moto.stop()
-
-
-@pytest.fixture
-def bucket(s3_options):
-    name = f"lazystore-{uuid.uuid4().hex[:12]}"
-    fsspec.filesystem("s3", **s3_options).mkdir(name)
-    return name
+# s3_options and bucket: see conftest.py
 
 
 def test_s3_save_open_read_verify(s3_options, bucket):
