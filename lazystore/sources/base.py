@@ -41,6 +41,12 @@ class ByteSource:
         Writes land in private pages of this process, never in the source."""
         return None
 
+    def check_unchanged(self) -> None:
+        """Raise if the source is no longer what it was when opened (a remote
+        object replaced or deleted since). Readers ask this when bytes fail
+        their checksum twice, to tell a replaced object from a damaged one;
+        a source that cannot change under its reader does nothing."""
+
     def close(self) -> None:
         pass
 

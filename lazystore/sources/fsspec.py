@@ -1,18 +1,27 @@
 """Checkpoints in remote storage (S3, GCS, HTTP(S), ...) through fsspec.
 
 Every read is a range request (``fs.cat_file(path, start, end)``), so only
-the bytes asked for travel. Each answer must be exactly as long as asked:
-a request that fails, breaks off, times out or comes back short is retried
-once, and a second failure raises :class:`RemoteError`; a partial answer is
-never used as data. ``read_many`` merges nearby ranges and fetches the
-merged ranges concurrently.
+the bytes asked for travel. Each answer must be exactly as long as asked. A
+request that fails in a way that may pass (a 5xx, 408, 425 or 429 status, a
+broken or refused connection, a timeout, a body cut short or of the wrong
+length) is asked again, up to ATTEMPTS times in all with a short backoff (or
+the server's Retry-After); a failure that will not pass (any other 4xx) is
+not retried. What finally fails raises :class:`RemoteError`, naming the URL,
+the byte range, the attempts and the cause; a partial answer is never used
+as data. Only a missing object at open raises FileNotFoundError.
+``read_many`` merges nearby ranges and fetches the merged ranges
+concurrently.
 
 fsspec (and s3fs, aiohttp) are an optional extra, imported only here.
 """
 
 from __future__ import annotations
 
+import asyncio
+import email.utils
+import errno
 import importlib
+import time
 
 from lazystore.errors import InvalidInputError, MissingDependencyError, RemoteError
 from lazystore.sources.base import ByteSource
@@ -28,6 +37,15 @@ MAX_GAP = 64 << 10
 MAX_REQUEST = 8 << 20
 # Requests in flight at once, for filesystems that run them concurrently.
 CONCURRENCY = 16
+# Every request is tried at most this many times (the first and two retries).
+ATTEMPTS = 3
+# Seconds before the first retry, doubled before each next one ...
+BACKOFF = 0.05
+# ... unless the server's Retry-After asks for longer, honoured up to this.
+MAX_RETRY_AFTER = 5.0
+# What the store's info() says that tells one version of an object from
+# another (HTTP and S3 ETags, S3 versions, GCS generations, modification times).
+IDENTITY = ("ETag", "etag", "VersionId", "generation", "Last-Modified", "LastModified", "mtime")
 
 
 def import_fsspec():
@@ -60,7 +78,9 @@ class FsspecSource(ByteSource):
         self.name = url
         self._fs, self._path = url_to_fs(url, storage_options)
         self._closed = False
-        self.size = self._size()
+        self._opened = self._stat()  # what the object was when opened: see check_unchanged
+        self._changed: tuple | None = None  # (errno, message) once it is known to have changed
+        self.size = self._opened["size"]
 
     @property
     def closed(self) -> bool:
@@ -97,53 +117,93 @@ class FsspecSource(ByteSource):
                 out[wanted[m]] = view[a - start : b - start]
         return out
 
+    def check_unchanged(self) -> None:
+        """Raise RemoteError if the object is no longer the one opened: gone,
+        or with another size or identity (ETag, version, modification time,
+        as far as the store tells). Called when bytes fail their checksums
+        twice, to tell a replaced object from a damaged one. Once it has
+        changed, that is remembered: asking again costs no request."""
+        if self._changed is None:
+            try:
+                now = self._stat()
+            except FileNotFoundError:
+                self._changed = (errno.ENOENT, f"{self.name}: the object is gone since it was opened")
+            except RemoteError:
+                return  # cannot tell: the caller's error stands
+            else:
+                changed = [f"{key} {self._opened[key]!r} -> {now[key]!r}"
+                           for key in self._opened if key in now and now[key] != self._opened[key]]
+                if not changed:
+                    return
+                message = (f"{self.name} changed since it was opened ({', '.join(changed)}): "
+                           "its bytes no longer match the index read then; open it again")
+                self._changed = (None, message)
+        code, message = self._changed
+        raise RemoteError(code, message) if code is not None else RemoteError(message)
+
     # -- requests ---------------------------------------------------------------
 
-    def _size(self) -> int:
+    def _stat(self) -> dict:
+        """The object's size and what identifies its version (see IDENTITY)."""
         # A listing cached by an earlier call may predate the object's latest
         # version: ask the store itself.
         self._fs.invalidate_cache(self._path)
-        size = self._attempt(lambda: self._fs.size(self._path), "asking for its size")
-        if size is None:
+        info = self._attempt(lambda: self._fs.info(self._path), "asking for its size")
+        if info.get("size") is None:
             raise RemoteError(f"{self.name}: the server does not say how big the object is "
                               "(no Content-Length), so its index cannot be found")
-        return int(size)
+        return {"size": int(info["size"]), **{k: info[k] for k in IDENTITY if info.get(k) is not None}}
 
     def _attempt(self, call, what: str):
-        """``call()``, retried once on a failure that may pass."""
-        for attempt in (1, 2):
+        """``call()``, retried (up to ATTEMPTS in all) on failures that may pass.
+        An object that is not there raises FileNotFoundError; anything else
+        that fails raises RemoteError."""
+        for attempt in range(1, ATTEMPTS + 1):
             try:
                 return call()
-            except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
-                cause = _network_failure(exc)
-                if cause is None:
-                    raise  # the object is not there: not a failure that a retry mends
-                if attempt == 2:
-                    raise RemoteError(f"{self.name}: {what} failed twice: {_describe(cause)}") from cause
-            except Exception as exc:  # noqa: BLE001 - aiohttp, botocore, ... each have their own
-                if attempt == 2:
-                    raise RemoteError(f"{self.name}: {what} failed twice: {_describe(exc)}") from exc
+            except _CAUGHT as exc:
+                cause = _cause(exc)
+                if _not_found(cause) and isinstance(exc, FileNotFoundError):
+                    raise  # no such object: as a local path would say
+                if not _transient(cause) or attempt == ATTEMPTS:
+                    raise _error(f"{self.name}: {what} failed", cause, attempt) from cause
+                _pause(attempt, [cause])
 
     def _fetch(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """Each range's bytes, one request per range, concurrently where the
-        filesystem allows. Any range that fails or comes back with the wrong
-        length is requested once more; a second failure raises RemoteError."""
-        results = self._request(ranges)
-        retry = [i for i, (r, (a, b)) in enumerate(zip(results, ranges)) if not _complete(r, b - a)]
-        if retry:
-            again = self._request([ranges[i] for i in retry])
-            for i, r in zip(retry, again):
+        filesystem allows. A range that fails in a way that may pass, or comes
+        back with the wrong length, is requested again, up to ATTEMPTS times
+        in all; then, or at once for a failure that will not pass (a 4xx
+        status), RemoteError is raised. Nothing of a failed answer is used."""
+        results: list = [None] * len(ranges)
+        todo, attempt = list(range(len(ranges))), 0
+        while todo:
+            attempt += 1
+            failures = []
+            for i, result in zip(todo, self._request([ranges[i] for i in todo])):
                 a, b = ranges[i]
-                if not _complete(r, b - a):
-                    if isinstance(r, (FileNotFoundError, PermissionError)):
-                        raise r
-                    problem = _describe(r) if isinstance(r, BaseException) else (
-                        f"{len(r)} bytes came back for a request of {b - a}")
-                    raise RemoteError(
-                        f"{self.name}: reading bytes {a}-{b} failed twice ({problem}); nothing was used"
-                    ) from (r if isinstance(r, BaseException) else None)
-                results[i] = r
+                if not isinstance(result, BaseException) and len(result) == b - a:
+                    results[i] = result
+                    continue
+                failure = _cause(result) if isinstance(result, BaseException) else _WrongLength(len(result), b - a)
+                if not _transient(failure) or attempt == ATTEMPTS:
+                    self._give_up(a, b, failure, attempt)
+                failures.append((i, failure))
+            todo = [i for i, _ in failures]
+            if failures:
+                _pause(attempt, [f for _, f in failures])
         return results
+
+    def _give_up(self, a: int, b: int, failure: BaseException, attempts: int):
+        """Raise the RemoteError of reading bytes a-b; if the object changed
+        since it was opened (which a 404, 416 or a short body can mean), say that."""
+        error = _error(f"{self.name}: reading bytes {a}-{b} (nothing of them used) failed", failure, attempts)
+        if isinstance(failure, _WrongLength) or _not_found(failure) or _status(failure) in (412, 416):
+            try:
+                self.check_unchanged()
+            except RemoteError as changed:
+                raise changed from error
+        raise error from (None if isinstance(failure, _WrongLength) else failure)
 
     def _request(self, ranges: list[tuple[int, int]]) -> list:
         """One attempt: each range's bytes, or the exception it raised."""
@@ -152,36 +212,125 @@ class FsspecSource(ByteSource):
             (a, b), = ranges
             try:
                 return [fs.cat_file(path, start=a, end=b)]
-            except Exception as exc:  # noqa: BLE001
+            except _CAUGHT as exc:
                 return [exc]
         starts, ends = [a for a, _ in ranges], [b for _, b in ranges]
         kwargs = {"batch_size": CONCURRENCY} if getattr(fs, "async_impl", False) else {}
         try:
             results = fs.cat_ranges([path] * len(ranges), starts, ends, on_error="return", **kwargs)
-        except Exception as exc:  # noqa: BLE001 - one failure may take the whole batch down
+        except _CAUGHT as exc:  # one failure may take the whole batch down
             return [exc] * len(ranges)
         return list(results)
 
 
-def _network_failure(exc: BaseException) -> BaseException | None:
-    """The network error behind a "not found", if that is what it is.
+# aiohttp, botocore, fsspec ... each have their own exceptions, and asyncio's
+# CancelledError is no Exception: all are failures of a request here.
+_CAUGHT = (Exception, asyncio.CancelledError)
+# Statuses worth asking again: timeouts, throttling and every 5xx.
+_TRANSIENT_4XX = {408, 425, 429}
+# errno for the statuses that have one
+_STATUS_ERRNO = {401: errno.EACCES, 403: errno.EACCES}
 
-    fsspec's HTTP filesystem reports any failure to learn an object's size
-    (connection refused, timed out, ...) as FileNotFoundError, with the real
-    error as its cause; a genuine 404 has an HTTP status there."""
-    cause = exc.__cause__
-    if isinstance(cause, OSError) and not isinstance(cause, (FileNotFoundError, PermissionError)):
-        return cause
+
+class _WrongLength(Exception):
+    """An answer of the wrong length (cut short, or the whole object for a range)."""
+
+    def __init__(self, got: int, wanted: int):
+        super().__init__(f"{got} bytes came back for a request of {wanted}")
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The real failure behind ``exc``: fsspec's HTTP filesystem reports any
+    failure to learn an object's size (a refused connection, a 503, ...) as
+    FileNotFoundError, and s3fs turns botocore's errors into OSErrors, each
+    with the original as ``__cause__``."""
+    if isinstance(exc, (FileNotFoundError, PermissionError)) and exc.__cause__ is not None:
+        return exc.__cause__
+    return exc
+
+
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status of a failed request: aiohttp's ``status``, botocore's response."""
+    status = getattr(exc, "status", None)
+    if isinstance(status, int):
+        return status
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
     return None
 
 
-def _complete(result, length: int) -> bool:
-    return not isinstance(result, BaseException) and len(result) == length
+def _not_found(exc: BaseException) -> bool:
+    status = _status(exc)
+    return status in (404, 410) if status is not None else isinstance(exc, FileNotFoundError)
+
+
+def _transient(exc: BaseException) -> bool:
+    """May asking again mend it? 5xx, 408, 425 and 429 may; other statuses
+    (a refusal, a missing object, a range past the end) will not, nor will a
+    missing file or permission. Broken connections, timeouts, answers of the
+    wrong length and failures not known to be permanent are retried."""
+    status = _status(exc)
+    if status is not None:
+        return status >= 500 or status in _TRANSIENT_4XX
+    return not isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError))
+
+
+def _error(what: str, failure: BaseException, attempts: int) -> RemoteError:
+    """The RemoteError of a request that failed with ``failure``."""
+    tries = f"after {attempts} attempts" if attempts > 1 else "(not retried)"
+    return remote_error(f"{what} {tries}", failure)
+
+
+def remote_error(what: str, failure: BaseException) -> RemoteError:
+    """RemoteError("<what>: <the failure>"), with the failure's errno (or the
+    one its HTTP status implies) when it has one. Raise it ``from failure``."""
+    failure = _cause(failure)
+    code = getattr(failure, "errno", None)
+    if not isinstance(code, int):
+        code = errno.ENOENT if _not_found(failure) else _STATUS_ERRNO.get(_status(failure))
+    message = f"{what}: {_describe(failure)}"
+    return RemoteError(code, message) if code is not None else RemoteError(message)
+
+
+def _pause(attempt: int, failures: list) -> None:
+    """Wait before the next attempt: BACKOFF, doubled each time, or as long as
+    a server's Retry-After asks (up to MAX_RETRY_AFTER seconds)."""
+    delay = BACKOFF * 2 ** (attempt - 1)
+    for failure in failures:
+        asked = _retry_after(failure)
+        if asked is not None:
+            delay = max(delay, min(asked, MAX_RETRY_AFTER))
+    time.sleep(delay)
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    """Seconds asked by a Retry-After header (seconds or an HTTP date), if any."""
+    headers = getattr(exc, "headers", None)
+    response = getattr(exc, "response", None)
+    if headers is None and isinstance(response, dict):
+        headers = response.get("ResponseMetadata", {}).get("HTTPHeaders")
+    value = None
+    if headers is not None:
+        value = headers.get("Retry-After") or headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
 
 
 def _describe(exc: BaseException) -> str:
     text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    name = type(exc).__name__
+    if isinstance(exc, FileNotFoundError) and _status(exc) is None:
+        name += " (no such object)"  # fsspec's HTTP filesystem says no more of a 404
+    return f"{name}: {text}" if text else name
 
 
-__all__ = ["FsspecSource", "import_fsspec", "url_to_fs"]
+__all__ = ["FsspecSource", "import_fsspec", "remote_error", "url_to_fs"]

@@ -30,6 +30,7 @@ from fsspec.asyn import sync_wrapper
 
 import lazystore as ls
 from lazystore.sources import fsspec as remote
+from lazystore.sources.fsspec import ATTEMPTS
 from lazystore.testing.rangeserver import (
     FAULTS,
     Every,
@@ -40,7 +41,6 @@ from lazystore.testing.rangeserver import (
 from tests.sources.checkpoints import SHAPE, file_bytes, tensors
 
 NAMES = [f"layer.{i}.weight" for i in range(8)]
-ATTEMPTS = 3  # lazystore.sources.fsspec.ATTEMPTS to be: the first try and two retries
 APART = ["layer.0.weight", "layer.3.weight", "layer.6.weight"]  # never merged, even compressed: three ranges
 
 
@@ -60,28 +60,6 @@ def served(tmp_path, server, compression):
 # Bugs these tests found, one line each (test names as regular expressions):
 # each line goes with the commit that fixes its bug.
 KNOWN_BUGS = [
-    ('test_transient_statuses_are_retried\\[.*-(item|slice|ls\\.load)\\]',
-     'one retry only: a range that fails twice in a row is given up'),
-    ('test_broken_answers_are_retried\\[.*-(cut|short|whole)-(item|slice|ls\\.load)\\]',
-     'one retry only: a range that fails twice in a row is given up'),
-    ('test_a_failed_index_read_is_retried\\[.*-(error|cut|short|whole)\\]',
-     'one retry only: a range that fails twice in a row is given up'),
-    ('test_(retries_are_bounded_then_a_remote_error|connections_reset_every_time_are_a_remote_error|the_error_names_the_url_the_range_the_attempts_and_the_cause)\\[.*',
-     "2 attempts, not 3, and the error says 'failed twice', not how many attempts"),
-    ('test_a_server_gone_after_open_is_a_remote_error',
-     "2 attempts, not 3, and the error says 'failed twice', not how many attempts"),
-    ('test_(retry_after_is_honoured|a_long_retry_after_is_capped|backoff_grows_between_attempts)\\[.*',
-     'retries go out at once: no backoff, Retry-After ignored'),
-    ('test_a_refus(al_is_not_retried|ed_size_is_a_remote_error)\\[.*',
-     '4xx are retried like 5xx; a 404 mid-read escapes as FileNotFoundError; a refused HEAD is reported as a missing object; no errno'),
-    ('test_a_(503_while_asking_the_size_is_retried|size_that_never_comes_is_a_remote_error_not_a_missing_file)\\[.*',
-     'a 503 while asking the size is reported as FileNotFoundError and not retried'),
-    ('test_a_deleted_object_is_a_remote_error\\[.*',
-     'an object deleted after open escapes as FileNotFoundError'),
-    ('test_any_failure_of_the_filesystem_becomes_a_remote_error\\[.*',
-     'asyncio.CancelledError and PermissionError escape raw, errno is dropped, and 2 attempts'),
-    ('test_a_replaced_object_is_detected_never_mixed_in\\[.*-smaller-.*\\]',
-     'an object replaced by a smaller one gives a short read or ChecksumError, never says it changed'),
     ('test_a_byte_flipped_in_transit_is_fetched_again\\[.*',
      'a chunk that fails its checksum is never fetched again: a byte flipped in transit is a ChecksumError'),
     ('test_(verify_names_a_tensor_only_when_its_damage_persists|random_faults_never_give_wrong_data)\\[.*',
@@ -107,7 +85,7 @@ def _known_bug(request):
 @pytest.fixture
 def quick(monkeypatch):
     """Retries without the backoff's pauses, for tests that fail many times."""
-    monkeypatch.setattr(remote, "BACKOFF", 0.0, raising=False)
+    monkeypatch.setattr(remote, "BACKOFF", 0.0)
 
 
 # Every way of reading: True for exact data. "item" and "slice" make one
