@@ -110,9 +110,9 @@ class ChunkReader:
         for k, entry in enumerate(entries):
             # An empty tensor has no chunk, though chunk_offsets() gives it one offset.
             for c, start in zip(range(entry.chunk_count), entry.chunk_offsets()):
-                fetches.append((start, start + entry.stored[c], partial(self._note_checksum, ok, k, entry, c)))
-            fetches.append((entry.data_offset + entry.stored_nbytes, entry.padding_end,
-                            partial(self._note_zeros, ok, k)))
+                fetches.append((start, start + entry.stored[c], partial(self._note_checksum, ok, k, entry, c, start)))
+            padding = entry.data_offset + entry.stored_nbytes
+            fetches.append((padding, entry.padding_end, partial(self._note_zeros, ok, k, padding)))
         self._fetch_all(fetches)
         return ok
 
@@ -140,10 +140,12 @@ class ChunkReader:
                 self._check(target[lo : lo + entry.decoded[c]], entry, c)
 
     def _read_compressed(self, entry: Entry, c: int, stored_at: int, decoded_at: int, out) -> None:
-        self._decode_chunk(entry, c, decoded_at, out, self.source.read(stored_at, stored_at + entry.stored[c]))
+        blob = self.source.read(stored_at, stored_at + entry.stored[c])
+        self._check(blob, entry, c)
+        self._decode_chunk(entry, c, decoded_at, out, blob)
 
     def _decode_chunk(self, entry: Entry, c: int, decoded_at: int, out, blob) -> None:
-        self._check(blob, entry, c)
+        """Decode chunk ``c`` (already checked) into place in ``out``."""
         try:
             CODECS_BY_ID[entry.codec].decode_into(blob, out[decoded_at : decoded_at + entry.decoded[c]],
                                                   entry.planes)
@@ -156,24 +158,47 @@ class ChunkReader:
         """``(start, stop, consume)`` for the chunks: ``consume(stored bytes)``
         checks them and puts their decoded bytes in place in ``out``."""
         stored_at, decoded_at = entry.chunk_offsets(), entry.decoded_offsets()
-        decode = self._take_raw if entry.codec == RAW.id else self._decode_chunk
+        use = self._take_raw if entry.codec == RAW.id else self._decode_chunk
         # One range per chunk: the source groups neighbours into requests of
         # the size that suits it (see its read_many).
-        return [(stored_at[c], stored_at[c] + entry.stored[c], partial(decode, entry, c, decoded_at[c], out))
+        return [(stored_at[c], stored_at[c] + entry.stored[c],
+                 partial(self._use_fetched, use, entry, c, stored_at[c], decoded_at[c], out))
                 for c in np.asarray(chunk_ids, dtype=np.int64).tolist()]
 
+    def _use_fetched(self, use, entry: Entry, c: int, stored_at: int, decoded_at: int, out, blob) -> None:
+        use(entry, c, decoded_at, out, self._intact(entry, c, stored_at, blob))
+
     def _take_raw(self, entry: Entry, c: int, decoded_at: int, out, blob) -> None:
-        self._check(blob, entry, c)
         out[decoded_at : decoded_at + len(blob)] = np.frombuffer(blob, dtype=np.uint8)
 
-    def _note_checksum(self, ok: list, k: int, entry: Entry, c: int, blob) -> None:
+    def _intact(self, entry: Entry, c: int, stored_at: int, blob):
+        """Chunk ``c``'s fetched bytes, checked. Bytes that fail their checksum
+        may have been damaged on the way rather than in storage (a byte
+        flipped in transit), so the chunk is fetched once more; only if it
+        fails again is it damaged: ChecksumError, or RemoteError when the
+        object is no longer the one opened."""
+        try:
+            self._check(blob, entry, c)
+            return blob
+        except ChecksumError:
+            blob = self.source.read(stored_at, stored_at + entry.stored[c])
         try:
             self._check(blob, entry, c)
         except ChecksumError:
+            self.source.check_unchanged()
+            raise
+        return blob
+
+    def _note_checksum(self, ok: list, k: int, entry: Entry, c: int, stored_at: int, blob) -> None:
+        try:
+            self._intact(entry, c, stored_at, blob)
+        except ChecksumError:
             ok[k] = False
 
-    def _note_zeros(self, ok: list, k: int, blob) -> None:
-        if not all_zero(blob):
+    def _note_zeros(self, ok: list, k: int, start: int, blob) -> None:
+        # Fetched once more before it counts, as in _intact.
+        if not all_zero(blob) and not all_zero(self.source.read(start, start + len(blob))):
+            self.source.check_unchanged()
             ok[k] = False
 
     def _fetch_all(self, fetches: list) -> None:

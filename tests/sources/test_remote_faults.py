@@ -60,14 +60,6 @@ def served(tmp_path, server, compression):
 # Bugs these tests found, one line each (test names as regular expressions):
 # each line goes with the commit that fixes its bug.
 KNOWN_BUGS = [
-    ('test_a_byte_flipped_in_transit_is_fetched_again\\[.*',
-     'a chunk that fails its checksum is never fetched again: a byte flipped in transit is a ChecksumError'),
-    ('test_(verify_names_a_tensor_only_when_its_damage_persists|random_faults_never_give_wrong_data)\\[.*',
-     'verify() names a tensor as damaged for a byte flipped in transit'),
-    ('test_a_replaced_object_is_detected_never_mixed_in\\[.*-(same size|larger)-.*\\]',
-     'a replaced object gives ChecksumError (verify: every tensor damaged), never says it changed'),
-    ('test_(a_swap_between_parallel_requests_is_detected\\[.*|s3_an_object_replaced_while_open_is_detected)',
-     'a replaced object gives ChecksumError (verify: every tensor damaged), never says it changed'),
     ('test_s3_a_save_whose_upload_fails_midway_is_a_remote_error_and_leaves_nothing\\[.*',
      'a failed upload call escapes raw (OSError from s3fs/botocore), not as RemoteError'),
     ('test_s3_an_abort_that_fails_once_is_tried_again',
