@@ -10,10 +10,12 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 import warnings
 import weakref
 
+from lazystore.errors import LazyStoreError
 from lazystore.sinks import partials
 
 # Part size of S3 multipart uploads: parts are 32-64 MiB, so the upload holds
@@ -22,6 +24,11 @@ from lazystore.sinks import partials
 S3_BLOCK_SIZE = 32 << 20
 # Pieces handed to an upload when it does not say its block size.
 WRITE_PIECE = 8 << 20
+# Cancelling an upload is tried this many times (a pause of ABORT_PAUSE
+# seconds, doubled each time, in between): an upload left behind keeps its
+# parts, and costs, until the store expires it.
+ABORT_ATTEMPTS = 3
+ABORT_PAUSE = 0.1
 
 UPLOAD_PROTOCOLS = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"}
 READ_ONLY_PROTOCOLS = {"http", "https"}
@@ -45,17 +52,28 @@ class UploadSink:
     def write(self, data) -> int:
         view = memoryview(data).cast("B")
         # One block at a time: the upload buffers less than two blocks.
-        for start in range(0, len(view), self._piece):
-            self._file.write(view[start : start + self._piece])
+        try:
+            for start in range(0, len(view), self._piece):
+                self._file.write(view[start : start + self._piece])
+        except LazyStoreError:
+            raise
+        except Exception as exc:  # s3fs, botocore, gcsfs ... each have their own
+            raise _failed(self.name, "uploading a part", exc) from exc
         return len(view)
 
     def flush(self) -> None:
         pass  # parts go out as blocks fill; nothing is visible before commit anyway
 
     def commit(self) -> None:
-        """Complete the upload: the object appears, whole."""
+        """Complete the upload: the object appears, whole. If that fails, the
+        writer aborts, which cancels the upload."""
         self._done = True
-        self._file.close()
+        try:
+            self._file.close()
+        except LazyStoreError:
+            raise
+        except Exception as exc:
+            raise _failed(self.name, "completing the upload", exc) from exc
         self._finalizer.detach()
 
     def abort(self) -> None:
@@ -97,12 +115,26 @@ class RenameSink:
         self._finalizer()
 
 
+def _failed(url: str, what: str, exc: BaseException) -> Exception:
+    # Imported here: it brings asyncio, which no local save should pay for.
+    from lazystore.sources.fsspec import remote_error
+
+    return remote_error(f"saving to {url}: {what} failed, so nothing is published", exc)
+
+
 def _cancel_upload(file, url: str) -> None:
     try:
-        file.discard()  # s3fs: abort the multipart upload; gcsfs: cancel the resumable one
-    except Exception as exc:  # noqa: BLE001 - never hide the error that made us abort
-        warnings.warn(f"could not cancel the unfinished upload to {url} ({exc!r}); nothing was "
-                      "published, but the store may keep its parts until they expire", stacklevel=2)
+        for attempt in range(1, ABORT_ATTEMPTS + 1):
+            try:
+                file.discard()  # s3fs: abort the multipart upload; gcsfs: cancel the resumable one
+                return
+            except Exception as exc:  # noqa: BLE001 - never hide the error that made us abort
+                if attempt == ABORT_ATTEMPTS:
+                    warnings.warn(f"could not cancel the unfinished upload to {url} in {attempt} attempts "
+                                  f"({exc!r}); nothing was published, but the store may keep its parts "
+                                  "until they expire", stacklevel=2)
+                else:
+                    time.sleep(ABORT_PAUSE * 2 ** (attempt - 1))
     finally:
         try:
             file.closed = True  # so closing (or collecting) the file never completes the upload

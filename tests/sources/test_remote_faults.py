@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import re
 import time
 import urllib.error
 import urllib.request
@@ -55,23 +54,6 @@ def served(tmp_path, server, compression):
     arrays = tensors(8)
     server.files["ck.lzy"] = file_bytes(tmp_path, arrays, compression=compression)
     return server, server.url("ck.lzy"), arrays
-
-
-# Bugs these tests found, one line each (test names as regular expressions):
-# each line goes with the commit that fixes its bug.
-KNOWN_BUGS = [
-    ('test_s3_a_save_whose_upload_fails_midway_is_a_remote_error_and_leaves_nothing\\[.*',
-     'a failed upload call escapes raw (OSError from s3fs/botocore), not as RemoteError'),
-    ('test_s3_an_abort_that_fails_once_is_tried_again',
-     'the abort is tried once: if it fails, the multipart upload is left behind'),
-]
-
-
-@pytest.fixture(autouse=True)
-def _known_bug(request):
-    for pattern, reason in KNOWN_BUGS:
-        if re.fullmatch(pattern, request.node.name):
-            request.applymarker(pytest.mark.xfail(strict=True, reason=f"bug: {reason}"))
 
 
 @pytest.fixture
