@@ -13,7 +13,7 @@ from functools import partial
 
 from lazystore.interop.detect import open_file
 from lazystore.interop.sharded import open_folder
-from lazystore.training import tree
+from lazystore.training import background, tree
 from lazystore.sources import local_path
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore.views.checkpoint import CheckpointView
@@ -51,7 +51,7 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None) 
 
 def save(obj, path, *, compression=None, compression_level: int | None = None,
          metadata: Mapping | None = None, storage_options: Mapping | None = None,
-         max_shard_size: int | None = None, **writer_options) -> None:
+         max_shard_size: int | None = None, blocking: bool = True, **writer_options):
     """Write a checkpoint atomically: a flat mapping of names to arrays, or any
     nested training state.
 
@@ -74,6 +74,13 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     bigger tensor gets a shard of its own) plus ``lazystore.index.json``,
     which :func:`open` and :func:`load` read as one checkpoint. See
     docs/format.md, "Sharded folders".
+
+    With ``blocking=False`` the call returns a ``concurrent.futures.Future``
+    as soon as ``obj`` is checked and its tensors are copied (the caller may
+    change them right away); the file is written in the background and
+    ``result()`` gives its path or raises the save's error. One background
+    save runs at a time: the next ``save`` waits for it, and raises its error
+    if nobody has seen it. See docs/training.md, "Background saves".
     """
     if max_shard_size is not None:
         if storage_options is not None:
@@ -83,24 +90,25 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
         writer = partial(ShardedWriter, max_shard_size=max_shard_size)
     else:
         writer = partial(Writer, storage_options=storage_options)
-    _save(obj, path, compression=compression, compression_level=compression_level,
-          metadata=metadata, writer=writer, **writer_options)
+    open_writer = partial(writer, path, compression=compression, compression_level=compression_level,
+                          metadata=metadata, **writer_options)
+    future = background.DEFAULT.save(obj, open_writer, _fill, blocking=blocking)
+    return None if blocking else future
 
 
-def _save(obj, path, *, system_metadata: Mapping | None = None, writer=Writer, **writer_options) -> None:
-    """:func:`save`, plus reserved metadata entries for lazystore's own layers
-    (and the writer to use: a file's, or a sharded folder's)."""
-    if tree.is_flat(obj):
-        structure, leaves = None, obj
-    else:
-        structure, leaves = tree.flatten(obj)  # checks everything before a byte is written
-    with writer(path, **writer_options) as w:
+def _fill(w, prepared: background.Prepared, system_metadata: Mapping | None = None):
+    """Write a prepared state (see :func:`background.prepare`) into an open
+    writer and close it, with reserved metadata entries for lazystore's own
+    layers; an error discards the writer's file. Returns the written path."""
+    structure = prepared.structure
+    with w:
         if structure is not None:
             w.system_metadata[tree.TREE_KEY] = structure
         w.system_metadata.update(system_metadata or {})
-        for key, leaf in leaves.items():
+        for key, leaf in prepared.leaves.items():
             # One leaf at a time: a GPU tensor's CPU copy lives only while it is written.
             w.add(key, leaf if structure is None else tree.as_array(leaf))
+    return w.path
 
 
 def load(path, keys=None, *, map_location=None, verify: bool = False, storage_options: Mapping | None = None):

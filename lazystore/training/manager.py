@@ -8,11 +8,16 @@ reserved metadata member ``__lazystore_manager__``), so the history -- which
 steps exist, their metrics, which one is best -- is rebuilt from the files
 alone by any manager opened on the folder.
 
+Saves can run in the background (``blocking=False``): the state is
+snapshotted on the caller's thread and written by the manager's worker
+thread (:mod:`~lazystore.training.background`), one save at a time.
+
 One process should save into a folder at a time; any number may read it.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 import operator
@@ -25,10 +30,12 @@ from pathlib import Path
 import numpy as np
 
 from lazystore import api
-from lazystore.training import tree
+from lazystore._native.writer import Writer
 from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
 from lazystore.sinks import fsync_dir
+from lazystore.training import background, tree
 
+log = logging.getLogger("lazystore")
 MANAGER_KEY = "__lazystore_manager__"
 MANAGER_VERSION = 1
 _FILE = re.compile(r"step-(\d{12,})\.lzy")
@@ -45,6 +52,8 @@ class CheckpointManager:
     >>> mgr = CheckpointManager("ckpts", keep_last=3, keep_best=1, metric="val_loss")  # doctest: +SKIP
     >>> mgr.save(step, state, metrics={"val_loss": 0.42})                              # doctest: +SKIP
     >>> state = mgr.restore()            # the latest step                               # doctest: +SKIP
+    >>> with CheckpointManager("ckpts", keep_last=3) as mgr:                               # doctest: +SKIP
+    ...     future = mgr.save(step, state, blocking=False)  # returns once the state is copied
 
     Retention (applied after each save, once the new checkpoint is durable):
     ``keep_last=N`` keeps the N highest steps; ``keep_best=N`` keeps the N
@@ -71,36 +80,89 @@ class CheckpointManager:
         self._lock = threading.Lock()
         # step -> ((inode, mtime_ns, size), metrics): re-read if the file changes.
         self._metrics_cache: dict[int, tuple[tuple, dict]] = {}
+        # Saves, in order, one at a time; its snapshot buffers are reused from save to save.
+        self._saver = background.BackgroundSaver()
+        self._writing: int | None = None  # the step being saved, hidden until it is durable
 
     # -- writing ---------------------------------------------------------------
 
-    def save(self, step: int, state, *, metrics: Mapping | None = None) -> Path:
+    def save(self, step: int, state, *, metrics: Mapping | None = None, blocking: bool = True):
         """Write ``state`` (anything :func:`lazystore.save` takes) as checkpoint
         ``step``, replacing any checkpoint of that step; then apply retention.
 
         ``metrics`` maps names to numbers (int, float -- inf and nan too --,
         numpy scalars, one-element arrays or tensors). Returns the file's path.
+
+        With ``blocking=False``, returns a ``concurrent.futures.Future`` as
+        soon as the state is checked and its tensors copied into the
+        manager's snapshot buffers: the caller may change the state at once.
+        Writing, retention included, happens in the background; ``result()``
+        gives the path or raises the save's error. A save while another is in
+        flight first waits for it, and raises its error if nobody has seen it
+        (then nothing new is saved). Bad input always raises here.
         """
         step = _step(step)
         metrics = _metrics(metrics)
         path = self.path(step)
         entry = {"version": MANAGER_VERSION, "step": step,
                  "metrics": {name: tree.encode_scalar(value) for name, value in metrics.items()}}
-        with self._lock:
-            api._save(state, path, compression=self.compression, system_metadata={MANAGER_KEY: entry})
-            # The new checkpoint is durable: only now may older ones go.
-            self._metrics_cache[step] = (_stat_key(path), metrics)
-            self._apply_retention()
-        return path
+
+        def open_writer():
+            self._writing = step
+            try:
+                return Writer(path, compression=self.compression)
+            except BaseException:
+                self._writing = None
+                raise
+
+        def finish(writer, prepared) -> Path:
+            try:
+                api._fill(writer, prepared, {MANAGER_KEY: entry})
+            finally:
+                self._writing = None  # durable now, or failed (leaving what was there)
+            with self._lock:
+                # The new checkpoint is durable: only now may older ones go.
+                self._metrics_cache[step] = (_stat_key(path), metrics)
+                self._apply_retention()
+            return path
+
+        return self._saver.save(state, open_writer, finish, blocking=blocking)
+
+    def wait(self) -> None:
+        """Wait until no save is in flight; raise the error of a failed one
+        nobody has seen yet (its future's ``result()`` counts as seeing it)."""
+        self._saver.wait()
+
+    def close(self) -> None:
+        """Wait as :meth:`wait` does, then free the worker thread and the
+        snapshot buffers. The manager stays usable: a later save starts them again."""
+        self._saver.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:  # the body's error propagates; a save's failure is added to it, not lost
+            self.close()
+        except Exception as save_error:  # reported as a note on the error already raised
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"also, a background save failed: {save_error!r}")
+            else:
+                log.error("a background save failed", exc_info=save_error)
 
     # -- reading -----------------------------------------------------------------
 
     def steps(self) -> list[int]:
-        """The retained steps, sorted (read from the folder on each call)."""
+        """The retained steps, sorted (read from the folder on each call).
+        The step this manager is saving is left out until it is durable."""
+        writing = self._writing
         steps = []
         for name in os.listdir(self.directory):
             m = _FILE.fullmatch(name)
-            if m and name == checkpoint_name(int(m.group(1))):
+            if m and name == checkpoint_name(int(m.group(1))) and int(m.group(1)) != writing:
                 steps.append(int(m.group(1)))
         return sorted(steps)
 
@@ -149,7 +211,7 @@ class CheckpointManager:
 
     def _existing(self, step) -> int:
         step = _step(step)
-        if not self.path(step).is_file():
+        if step == self._writing or not self.path(step).is_file():
             raise CheckpointNotFoundError(
                 f"no checkpoint for step {step} in {os.fspath(self.directory)}; retained steps: {self.steps()}")
         return step
