@@ -1,0 +1,129 @@
+"""Kill a process at random moments while it saves in the background.
+
+The child trains for real in miniature: it saves with ``blocking=False``
+(CheckpointManager with retention, or plain ``ls.save``), then at once
+changes the state in place, as the next training step would, while the
+previous save is still being written. The test SIGKILLs it at random
+moments. After every kill the last complete checkpoint must be restorable,
+every listed checkpoint must verify and hold exactly one version (the one
+of its step: the snapshot, not the state changed after the call), and
+nothing partial may be listed.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+
+import lazystore as ls
+from tests.properties.test_crash_safety import KILLS
+
+SAVER = textwrap.dedent(
+    """
+    import sys, numpy as np, torch, lazystore as ls
+    kind, target, start = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    # ~20 MiB: torch tensors and numpy arrays, a scalar, half the saves compressed.
+    state = {"model": {f"w{i}": torch.zeros(512, 1024) for i in range(6)},
+             "moments": [np.zeros((512, 1024), np.float64) for _ in range(2)], "version": 0}
+
+    def train(version):  # in place, right after save() returns: the snapshot must not see it
+        for t in state["model"].values():
+            t.fill_(version)
+        for m in state["moments"]:
+            m.fill(version)
+        state["version"] = version
+
+    mgr = ls.CheckpointManager(target, keep_last=2, compression="zstd") if kind == "manager" else None
+    version = start
+    train(version)
+    print("ready", flush=True)
+    while True:
+        if kind == "manager":
+            mgr.save(version, state, metrics={"version": version}, blocking=False)
+        else:
+            ls.save(state, target, compression="zstd" if version % 2 else None, blocking=False)
+        version += 1
+        train(version)
+    """
+)
+
+
+def _run_and_kill(kind: str, target, start: int, rng: random.Random) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", SAVER, kind, str(target), str(start)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(rng.uniform(0.0, 1.0))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+
+
+def _one_version(ck) -> int:
+    """The version every tensor of the checkpoint holds (all the same)."""
+    values = set()
+    for name in ck:
+        arr = ck[name]
+        assert (arr == arr.flat[0]).all(), f"{name} mixes versions"
+        values.add(float(arr.flat[0]))
+    assert len(values) == 1, f"tensors from several versions: {values}"
+    return int(values.pop())
+
+
+def _check(path) -> int:
+    with ls.open(path) as ck:
+        assert ck.verify() == []
+        version = _one_version(ck)
+    assert ls.load(path)["version"] == version  # the scalar was captured with the tensors
+    return version
+
+
+def test_killed_background_manager_saves_leave_the_last_checkpoint_restorable(tmp_path):
+    rng = random.Random(2024)
+    folder = tmp_path / "ckpts"
+    last = 0
+    mid_save = 0
+    for _ in range(KILLS):
+        _run_and_kill("manager", folder, last + 1, rng)
+        mgr = ls.CheckpointManager(folder, keep_last=2)
+        steps = mgr.steps()
+        assert len(steps) <= 3, steps  # keep_last=2, plus one saved just before a kill in retention
+        for step in steps:
+            assert _check(mgr.path(step)) == step
+            assert mgr.metrics(step) == {"version": step}
+        if steps:
+            assert steps[-1] >= last
+            last = steps[-1]
+            restored = mgr.restore()
+            assert restored["version"] == last and float(restored["model"]["w0"][0, 0]) == last
+        others = [p.name for p in folder.iterdir() if p.name not in {mgr.path(s).name for s in steps}]
+        assert all(n.startswith(".step-") and n.endswith(".partial") for n in others), others
+        mid_save += bool(others)
+    assert last > 0, "the saver never completed a checkpoint; kill later"
+    print(f"background manager saves: {KILLS} kills, {mid_save} of them mid-save, last step {last}")
+    assert mid_save >= KILLS // 3, f"only {mid_save} of {KILLS} kills landed mid-save"
+
+
+def test_killed_background_ls_saves_leave_one_complete_version(tmp_path):
+    rng = random.Random(77)
+    target = tmp_path / "ck.lzy"
+    ls.save({"model": {"w0": np.zeros(4, np.float32)}, "version": 0}, target)
+    last = 0
+    mid_save = 0
+    for _ in range(KILLS):
+        _run_and_kill("save", target, last + 1, rng)
+        version = _check(target)
+        assert version >= last
+        last = version
+        leftovers = [p.name for p in tmp_path.iterdir() if p.name != "ck.lzy"]
+        assert all(n.startswith(".ck.lzy.") and n.endswith(".partial") for n in leftovers), leftovers
+        mid_save += bool(leftovers)
+    assert last > 0, "the saver never completed a save; kill later"
+    print(f"background ls.save: {KILLS} kills, {mid_save} of them mid-save, last version {last}")
+    assert mid_save >= KILLS // 3, f"only {mid_save} of {KILLS} kills landed mid-save"
