@@ -25,7 +25,6 @@ saves finish in the order they were made.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -192,11 +191,12 @@ class SaveFuture(Future):
         return super().exception(0)
 
     def __del__(self):
-        # Never raise from __del__ (at interpreter shutdown logging may be gone).
-        with contextlib.suppress(Exception):
+        try:
             if self.done() and not self._reported and not self.cancelled() and super().exception(0) is not None:
                 log.error("a background save failed and nobody asked for its result",
                           exc_info=super().exception(0))
+        except Exception:  # noqa: BLE001, S110 - never raise from __del__: at interpreter exit even modules are gone
+            pass
 
 
 class BackgroundSaver:
