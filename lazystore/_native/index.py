@@ -31,7 +31,7 @@ from lazystore._core.chunking import ChunkGrid
 from lazystore._core.dtypes import BY_CODE
 from lazystore._core import strict_json
 from lazystore.codecs import CODECS_BY_ID
-from lazystore.errors import FormatError
+from lazystore.errors import FormatError, UnsupportedVersionError
 from lazystore._core.keys import KeyTable
 
 MAX_NDIM = 64  # numpy's own limit
@@ -94,7 +94,8 @@ class Index:
     """
 
     def __init__(self, raw: fmt.RawIndex, keys: KeyTable, metadata: dict, data_end: int, *,
-                 kind: str = "lazystore", checksums_known: bool = True, unverifiable: str | None = None):
+                 kind: str = "lazystore", checksums_known: bool = True, unverifiable: str | None = None,
+                 minor: int | None = None):
         self.entries = raw.entries
         self.dims = raw.dims
         self.chunks = raw.chunks
@@ -114,6 +115,10 @@ class Index:
         # for the reason ``unverifiable`` gives.
         self.checksums_known = checksums_known
         self.unverifiable = unverifiable
+        # The file's format minor version (None for foreign files): a code
+        # this package does not know is corruption in a file of a version it
+        # implements, and a newer version's addition in a newer file.
+        self.minor = minor
         self.dims_start, self.chunk_start = _section_starts(raw, keys)
         if self.packed and not self.count and data_end != self.data_start:
             raise FormatError(f"the index starts at {data_end} but an empty file's data ends at {self.data_start}")
@@ -179,10 +184,23 @@ class Index:
                 raise FormatError("stored size differs from the sum of its chunks")
             padding_end = self._check_place(pos, offset, stored_nbytes, previous)
         except FormatError as exc:
-            raise FormatError(f"corrupt index: tensor {self.keys.name(pos)!r}: {exc}") from None
+            raise self._entry_error(pos, small, exc) from None
         grid = described.grid
         return Entry(self.keys.name(pos), described.dtype, grid.shape, described.codec, described.planes, nbytes,
                      stored_nbytes, offset, padding_end, self.chunk_start[pos], grid, stored, described.decoded)
+
+    def _entry_error(self, pos: int, small: int, exc: FormatError) -> FormatError:
+        """The error for entry ``pos``: a file of a newer minor version whose
+        dtype code this package does not know needs a newer lazystore
+        (docs/format.md §14); anything else is corruption."""
+        name = self.keys.name(pos)
+        code = small & 0xFF
+        if code not in BY_CODE and self.minor is not None and self.minor > fmt.FORMAT_MINOR:
+            return UnsupportedVersionError(
+                f"tensor {name!r} has dtype code {code}, which this lazystore does not know: the file is "
+                f"format {fmt.FORMAT_MAJOR}.{self.minor}, newer than the {fmt.FORMAT_MAJOR}.{fmt.FORMAT_MINOR} "
+                "it implements; upgrade lazystore to read it")
+        return FormatError(f"corrupt index: tensor {name!r}: {exc}")
 
     def _check_place(self, pos: int, offset: int, stored_nbytes: int, previous) -> int:
         """Where the tensor's bytes lie; returns where its padding ends."""
@@ -222,9 +240,10 @@ class Index:
     # -- parsing -------------------------------------------------------------
 
     @classmethod
-    def parse(cls, buf, data_end: int) -> "Index":
+    def parse(cls, buf, data_end: int, minor: int | None = None) -> "Index":
         raw = fmt.decode_index(buf)
-        return cls(raw, _decode_keys(raw.keys, len(raw.entries)), _decode_metadata(raw.metadata), data_end)
+        return cls(raw, _decode_keys(raw.keys, len(raw.entries)), _decode_metadata(raw.metadata), data_end,
+                   minor=minor)
 
     @classmethod
     def foreign(cls, raw: fmt.RawIndex, names: list[str], metadata: dict, data_end: int, *, kind: str,
@@ -296,7 +315,7 @@ def _check_small_fields(code: int, codec: int, ndim: int, axis: int, planes: int
     if reserved:
         raise FormatError("reserved entry bytes are not zero")
     if code not in BY_CODE:
-        raise FormatError("unknown dtype code")
+        raise FormatError(f"unknown dtype code {code}")
     if codec not in CODECS_BY_ID:
         raise FormatError("unknown codec")
     if codec == 0 and planes != 1:

@@ -27,7 +27,12 @@ from lazystore.errors import FormatError, UnsupportedVersionError
 
 MAGIC = b"\x89LZY\r\n\x1a\n"  # like PNG's: catches 7-bit and newline mangling
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 0
+# The newest minor version this package reads and writes (1.1 added dtype
+# codes 18-22). A writer writes the oldest minor its file needs: BASE_MINOR
+# unless a tensor's dtype is newer (docs/format.md §14), so a file that an
+# older 1.x reader can read also says it is for that reader.
+FORMAT_MINOR = 1
+BASE_MINOR = 0
 DEFAULT_ALIGNMENT = 64  # tensor data starts here so mmap'd views are aligned
 MAX_INDEX_BYTES = 1 << 30  # refuse absurd indexes before allocating them
 TAIL_READ_BYTES = 64 << 10  # one read of the tail usually holds the whole index
@@ -80,8 +85,8 @@ def _check_version(major: int, minor: int, where: str) -> None:
 # --- preamble -------------------------------------------------------------
 
 
-def encode_preamble() -> bytes:
-    return PREAMBLE.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, 0)
+def encode_preamble(minor: int = FORMAT_MINOR) -> bytes:
+    return PREAMBLE.pack(MAGIC, FORMAT_MAJOR, minor, 0)
 
 
 def decode_preamble(buf) -> tuple[int, int]:

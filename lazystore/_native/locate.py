@@ -46,7 +46,7 @@ def read_index(source, tail: tuple[int, memoryview] | None = None) -> tuple[Inde
     else:
         buf = source.read(trailer.index_offset, trailer.index_offset + trailer.index_length)
     check(buf, trailer.index_checksum, "index")
-    index = Index.parse(buf, trailer.index_offset)
+    index = Index.parse(buf, trailer.index_offset, trailer.minor)
     version = (trailer.major, trailer.minor)
     if head_version is not None:
         fmt.check_preamble(tail, index.data_start, version, head_version)

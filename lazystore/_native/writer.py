@@ -82,7 +82,15 @@ class Writer(CloseOrAbort):
         self._sink = open_sink(path, storage_options)
         self.path = getattr(self._sink, "path", path)
         self._pos = 0
-        self._write(fmt.encode_preamble())
+        # The preamble states the format version before any tensor is known.
+        # A sink that can rewrite its first bytes (a local file) starts with
+        # the oldest version and is corrected on close if a tensor needed a
+        # newer one; any other (an upload) states the newest, which every
+        # reader of this major version accepts (docs/format.md §14).
+        self._rewrite_head = getattr(self._sink, "rewrite_head", None)
+        self._head_minor = fmt.BASE_MINOR if self._rewrite_head else fmt.FORMAT_MINOR
+        self._minor = self._head_minor
+        self._write(fmt.encode_preamble(self._head_minor))
 
     # -- public --------------------------------------------------------------
 
@@ -120,6 +128,7 @@ class Writer(CloseOrAbort):
         self._chunk_checksums.extend(checksums())
         self._chunk_lengths.extend(lengths)
 
+        self._minor = max(self._minor, spec.since)
         self._names.append(name)
         self._seen.add(name)
         self._dims.extend(arr.shape)
@@ -147,8 +156,10 @@ class Writer(CloseOrAbort):
             if len(index) > fmt.MAX_INDEX_BYTES:
                 raise InvalidInputError(f"index of {len(index)} bytes exceeds the format's limit")
             self._write(index)
-            trailer = fmt.Trailer(index_offset, len(index), digest(index), fmt.FORMAT_MAJOR, fmt.FORMAT_MINOR)
+            trailer = fmt.Trailer(index_offset, len(index), digest(index), fmt.FORMAT_MAJOR, self._minor)
             self._write(fmt.encode_trailer(trailer))
+            if self._minor != self._head_minor:
+                self._rewrite_head(fmt.encode_preamble(self._minor))
             self._sink.commit()
         except BaseException:
             self.abort()

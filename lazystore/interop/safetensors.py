@@ -39,7 +39,7 @@ import numpy as np
 from lazystore._native import layout as fmt
 from lazystore._core.checksum import digest
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
-from lazystore._core.dtypes import BY_SAFETENSORS, spec_for
+from lazystore._core.dtypes import BY_SAFETENSORS, from_safetensors_shape, spec_for, to_safetensors_shape
 from lazystore._core import strict_json
 from lazystore.errors import ClosedError, FormatError, InvalidInputError, UnsupportedDtypeError
 from lazystore._native.index import Index
@@ -146,6 +146,10 @@ def _tensor_info(name: str, info) -> tuple[np.dtype, tuple[int, ...], int, int]:
         raise FormatError(f"{where}: shape is not a list of non-negative integers")
     if len(shape) > MAX_NDIM:
         raise FormatError(f"{where}: more than {MAX_NDIM} dimensions")
+    st_shape, shape = shape, from_safetensors_shape(spec, shape)
+    if shape is None:
+        raise FormatError(f"{where}: {spec.safetensors} shape {st_shape} cannot be read as {spec.name} "
+                          f"({spec.packed} values per byte along an even last dimension, as torch holds it)")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_uint(o) for o in offsets):
         raise FormatError(f"{where}: data_offsets is not two non-negative integers")
     begin, end = offsets
@@ -304,10 +308,11 @@ class SafetensorsWriter(CloseOrAbort):
         if st_name is None:
             raise UnsupportedDtypeError(f"{name!r}: safetensors cannot store {spec.name} tensors")
         arr = np.asarray(arr, dtype=spec.dtype, order="C")
+        st_shape = to_safetensors_shape(spec, arr.shape)  # refuses before a byte is spooled
         flat = arr.reshape(-1).view(np.uint8)
         self._spool.write(flat)
         self._checksums[name] = f"{digest(flat):016x}"
-        self._tensors.append((name, st_name, arr.shape, self._size, self._size + arr.nbytes))
+        self._tensors.append((name, st_name, st_shape, self._size, self._size + arr.nbytes))
         self._size += arr.nbytes
 
     def close(self) -> None:

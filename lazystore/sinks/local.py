@@ -59,6 +59,17 @@ class LocalSink:
             self._partial.write(view)
         return n
 
+    def rewrite_head(self, data) -> None:
+        """Overwrite the file's first ``len(data)`` bytes, already written (the
+        writer's preamble, once it knows the file's format version). The
+        partial file is not yet synced or renamed, so this is as safe as any
+        other write."""
+        self._drain()
+        view = memoryview(data)
+        done = 0
+        while done < len(view):
+            done += os.pwrite(self._partial.fd, view[done:], done)
+
     def commit(self) -> None:
         """fsync the partial file, rename it over the target, fsync the folder."""
         self._drain()

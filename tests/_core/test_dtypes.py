@@ -52,3 +52,28 @@ def test_safetensors_spellings_are_the_libraries_own(tmp_path, spec):
         assert ck["t"].dtype == spec.dtype
     header = path.read_bytes()
     assert f'"dtype":"{spec.safetensors}"'.encode() in header
+
+
+def test_every_code_says_which_format_version_added_it():
+    from lazystore._native.layout import FORMAT_MINOR
+
+    assert {d.code: d.since for d in ls.DTYPES} == {**dict.fromkeys(range(1, 18), 0), **dict.fromkeys(range(18, 23), 1)}
+    assert max(d.since for d in ls.DTYPES) == FORMAT_MINOR
+
+
+def test_only_fp4_packs_two_values_per_element():
+    assert {d.name: d.packed for d in ls.DTYPES if d.packed != 1} == {"float4_e2m1fn_x2": 2}
+    fp4 = dtypes.BY_SAFETENSORS["F4"]
+    assert fp4.dtype == dtypes.FLOAT4_X2 and fp4.dtype.itemsize == 1 and fp4.dtype != np.uint8
+    assert dtypes.spec_for(np.dtype([("float4_e2m1fn_x2", "u1")])) is fp4
+
+
+def test_safetensors_shapes_of_packed_dtypes():
+    fp4, f32 = dtypes.BY_SAFETENSORS["F4"], dtypes.BY_SAFETENSORS["F32"]
+    assert dtypes.to_safetensors_shape(fp4, (3, 5)) == (3, 10)
+    assert dtypes.from_safetensors_shape(fp4, [3, 10]) == (3, 5)
+    assert dtypes.from_safetensors_shape(fp4, [3, 0]) == (3, 0)
+    assert dtypes.from_safetensors_shape(fp4, [3, 9]) is None and dtypes.from_safetensors_shape(fp4, []) is None
+    with pytest.raises(ls.UnsupportedDtypeError, match="0-d"):
+        dtypes.to_safetensors_shape(fp4, ())
+    assert dtypes.to_safetensors_shape(f32, ()) == () and dtypes.from_safetensors_shape(f32, [3, 9]) == (3, 9)

@@ -31,6 +31,8 @@ def all_dtypes():
     rng = np.random.default_rng(0)
     out = {}
     for name, spec in BY_SAFETENSORS.items():
+        if spec.packed > 1:  # safetensors.numpy has no FP4 arrays: tests/torch/test_dtypes.py covers F4
+            continue
         dt = spec.dtype
         raw = rng.integers(0, 256, size=15 * dt.itemsize, dtype=np.uint8)
         arr = raw.view(dt).reshape(3, 5)

@@ -52,13 +52,18 @@ same_zstd = pytest.mark.skipif(
 )
 
 
+def committed(path: Path, size: int, sha256: str) -> bytes:
+    """A golden file's bytes, checked to be the committed file itself: if
+    this fails, the file was changed, not the code."""
+    data = path.read_bytes()
+    assert len(data) == size
+    assert hashlib.sha256(data).hexdigest() == sha256
+    return data
+
+
 @pytest.fixture(scope="module")
 def golden() -> bytes:
-    data = GOLDEN.read_bytes()
-    # The committed file itself: if this fails, the file was changed, not the code.
-    assert len(data) == GOLDEN_SIZE
-    assert hashlib.sha256(data).hexdigest() == GOLDEN_SHA256
-    return data
+    return committed(GOLDEN, GOLDEN_SIZE, GOLDEN_SHA256)
 
 
 # --- (a) the writer still produces exactly these bytes ------------------------------
@@ -191,3 +196,133 @@ def test_golden_trailer_bytes(golden):
     assert trailer[28:32] == bytes(4)  # reserved
     assert trailer[32:40] == MAGIC
     assert 384 + 408 + 40 == len(golden)
+
+
+# --- format 1.1: tests/data/golden_v1_1.lzy ---------------------------------------------
+#
+# Generated once, by ``ls.save(golden_1_1_tensors(), path, metadata=GOLDEN_1_1_METADATA)``
+# when format 1.1 added dtype codes 18-22, and committed; never regenerate it
+# to make a test pass. Every tensor is raw, so the bytes do not depend on
+# libzstd and the writer check runs everywhere.
+
+GOLDEN_1_1 = DATA / "golden_v1_1.lzy"
+GOLDEN_1_1_SHA256 = "34e26fa55e695ee1caf28ac57eeea24abbfb87ed81a772eb7debf8ba64279333"
+GOLDEN_1_1_SIZE = 1045
+GOLDEN_1_1_METADATA = {"format": "1.1"}
+
+
+def golden_1_1_tensors() -> dict[str, np.ndarray]:
+    from lazystore._core.dtypes import FLOAT4_X2
+
+    return {
+        "fnuz_e4m3": np.array([0.5, -2.0, 240.0, np.nan], dtype=ml_dtypes.float8_e4m3fnuz),
+        "fnuz_e5m2": np.array([0.5, -2.0, 57344.0, np.nan], dtype=ml_dtypes.float8_e5m2fnuz),
+        "scales": np.array([0.5, 1.0, 2.0, np.nan], dtype=ml_dtypes.float8_e8m0fnu),
+        # FP4 pairs: 0x21 holds 0.5 (low nibble) then 1.0; 0xf7 holds 6.0 then -6.0;
+        # 0x08 holds -0.0 then 0.0; 0x5c holds -2.0 then 3.0.
+        "fp4": np.array([[0x21, 0xF7], [0x08, 0x5C]], dtype=np.uint8).view(FLOAT4_X2),
+        "c32": np.array([1 + 2j, -0.5 + 0.25j], dtype=np.complex64).astype(ml_dtypes.complex32),
+        "w": np.array([1.0, -1.0], dtype=np.float32),  # a 1.0 dtype beside them
+    }
+
+
+@pytest.fixture(scope="module")
+def golden_1_1() -> bytes:
+    return committed(GOLDEN_1_1, GOLDEN_1_1_SIZE, GOLDEN_1_1_SHA256)
+
+
+def test_writer_reproduces_golden_1_1_bytes(golden_1_1, tmp_path):
+    path = tmp_path / "again.lzy"
+    ls.save(golden_1_1_tensors(), path, metadata=GOLDEN_1_1_METADATA)
+    assert path.read_bytes() == golden_1_1
+
+
+def test_golden_1_1_reads_back_exactly(golden_1_1):
+    expected = golden_1_1_tensors()
+    with ls.open(GOLDEN_1_1) as ck:
+        assert ck.format_version == (1, 1)
+        assert list(ck) == list(expected) and ck.metadata == GOLDEN_1_1_METADATA
+        assert ck.verify() == []
+        for name, want in expected.items():
+            got = ck[name]
+            assert (got.dtype, got.shape, got.tobytes()) == (want.dtype, want.shape, want.tobytes()), name
+        assert ck.get_slice("fp4")[1].tobytes() == b"\x08\x5c"
+
+
+def test_golden_1_1_values():
+    # What the bytes mean (docs/format.md §8), checked against ml_dtypes' own decoding.
+    got = ls.load(GOLDEN_1_1)
+    for name in ("fnuz_e4m3", "fnuz_e5m2", "scales"):
+        assert got[name].astype(np.float64)[:3].tolist() == golden_1_1_tensors()[name].astype(np.float64)[:3].tolist()
+        assert np.isnan(got[name].astype(np.float64)[3])
+    fp4 = got["fp4"].view(np.uint8)
+    values = np.stack([fp4 & 0xF, fp4 >> 4], axis=-1).reshape(2, 4)  # first value in the low nibble
+    assert values.astype(np.uint8).view(ml_dtypes.float4_e2m1fn).astype(np.float64).tolist() == [
+        [0.5, 1.0, 6.0, -6.0], [-0.0, 0.0, -2.0, 3.0]]
+    assert got["c32"].astype(np.complex64).tolist() == [1 + 2j, -0.5 + 0.25j]
+
+
+def test_golden_1_1_version_and_code_bytes(golden_1_1):
+    assert golden_1_1[8:12] == b"\x01\x00\x01\x00"  # preamble: major 1, minor 1
+    assert golden_1_1[-16:-12] == b"\x01\x00\x01\x00"  # trailer: the same
+    (index_offset,) = struct.unpack_from("<Q", golden_1_1, len(golden_1_1) - 40)
+    codes = [golden_1_1[index_offset + 64 + i * 48 + 40] for i in range(6)]
+    assert codes == [18, 19, 20, 21, 22, 11]
+    # the data, each tensor at its 64-aligned offset
+    assert golden_1_1[64:68] == bytes.fromhex("38c87f80")  # e4m3fnuz: 0.5, -2, 240, NaN (0x80)
+    assert golden_1_1[128:132] == bytes.fromhex("3cc47f80")  # e5m2fnuz: 0.5, -2, 57344, NaN (0x80)
+    assert golden_1_1[192:196] == bytes.fromhex("7e7f80ff")  # e8m0: 2^-1, 2^0, 2^1, NaN (0xff)
+    assert golden_1_1[256:260] == bytes.fromhex("21f7085c")  # fp4 pairs
+    assert golden_1_1[320:328] == bytes.fromhex("003c004000b80034")  # complex32: (1, 2), (-0.5, 0.25)
+
+
+# --- which version a writer writes (docs/format.md §14) --------------------------------
+
+
+def _versions(path) -> tuple[bytes, bytes]:
+    data = path.read_bytes()
+    return data[8:12], data[-16:-12]
+
+
+V10, V11 = b"\x01\x00\x00\x00", b"\x01\x00\x01\x00"
+
+
+def test_files_without_1_1_dtypes_stay_1_0(tmp_path):
+    arrays = {d.name: np.zeros(3, d.dtype) for d in ls.DTYPES if d.since == 0}
+    ls.save(arrays, tmp_path / "a.lzy", compression="zstd")
+    assert _versions(tmp_path / "a.lzy") == (V10, V10)
+    with ls.open(tmp_path / "a.lzy") as ck:
+        assert ck.format_version == (1, 0)
+
+
+@pytest.mark.parametrize("spec", [d for d in ls.DTYPES if d.since == 1], ids=lambda d: d.name)
+@pytest.mark.parametrize("where", ["alone", "after a 1.0 tensor", "compressed, last"])
+def test_a_1_1_dtype_makes_the_file_1_1(tmp_path, spec, where):
+    new = np.arange(16, dtype=np.uint8).view(spec.dtype)
+    arrays = {"new": new} if where == "alone" else {"old": np.ones(64, np.float32), "new": new}
+    path = tmp_path / "n.lzy"
+    ls.save(arrays, path, compression="zstd" if where.startswith("compressed") else None)
+    # The preamble was written before "new" was known, and rewritten: both agree (rule P4).
+    assert _versions(path) == (V11, V11)
+    with ls.open(path) as ck:
+        assert ck.format_version == (1, 1) and ck.verify() == []
+        assert ck["new"].tobytes() == new.tobytes()
+
+
+def test_each_shard_states_its_own_version(tmp_path):
+    arrays = {"old": np.ones(256, np.float32), "new": np.zeros(256, ml_dtypes.float8_e8m0fnu)}
+    ls.save(arrays, tmp_path / "folder", max_shard_size=512)
+    versions = sorted(_versions(p)[0] for p in (tmp_path / "folder").glob("*.lzy"))
+    assert versions == [V10, V11]
+    assert ls.load(tmp_path / "folder")["new"].tobytes() == arrays["new"].tobytes()
+
+
+def test_a_destination_that_cannot_rewrite_its_start_gets_1_1(tmp_path):
+    # An upload sends the preamble before the last tensor is known, so it
+    # states the newest minor; every 1.x reader still reads such a file.
+    fsspec = pytest.importorskip("fsspec")
+    url = f"memory://golden-versions/{tmp_path.name}.lzy"
+    ls.save({"old": np.ones(4, np.float32)}, url)
+    data = fsspec.filesystem("memory").cat_file(url)
+    assert (data[8:12], data[-16:-12]) == (V11, V11)
+    assert ls.load(url)["old"].tolist() == [1.0] * 4

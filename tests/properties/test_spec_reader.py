@@ -1,4 +1,4 @@
-"""An independent reader of format 1.0, written from docs/format.md alone.
+"""An independent reader of format 1.1, written from docs/format.md alone.
 
 ``SpecFile`` uses only struct, json, xxhash, zstandard, numpy and ml_dtypes;
 lazystore is used only to *write* the files it reads. Rule ids (T5, E13, ...)
@@ -25,10 +25,15 @@ from tests.paths import DATA, FORMAT_SPEC
 # ----------------------------------------------------------------------------
 
 MAGIC = b"\x89LZY\r\n\x1a\n"
+READER_MINOR = 1  # this reader implements format 1.1
 DTYPES = {code: np.dtype(t).newbyteorder("<") for code, t in enumerate(
     [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
      np.float16, np.float32, np.float64, np.complex64, np.complex128,
-     ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2], start=1)}
+     ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
+     # format 1.1 (section 8); code 21 is numpy's one-byte stand-in for packed FP4 pairs
+     ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e8m0fnu,
+     [("float4_e2m1fn_x2", "u1")], ml_dtypes.complex32], start=1)}
+SINCE = {code: 0 if code <= 17 else 1 for code in DTYPES}  # the minor version that added each code
 
 
 class SpecError(ValueError):
@@ -66,7 +71,10 @@ def check_version(major: int, minor: int, rule: str) -> None:
 
 
 class SpecFile:
-    def __init__(self, path, tail_bytes: int = 65536):
+    def __init__(self, path, tail_bytes: int = 65536, reader_minor: int = READER_MINOR):
+        # reader_minor < READER_MINOR plays an older reader: it knows fewer codes.
+        self.codes = {code for code in DTYPES if SINCE[code] <= reader_minor}
+        self.reader_minor = reader_minor
         self.file = open(path, "rb")
         try:
             self._open(tail_bytes)
@@ -117,7 +125,10 @@ class SpecFile:
             (off, stored, nbytes, count, extent, code, codec, ndim, axis, planes,
              res) = struct.unpack_from("<QQQQQBBBBB3s", index, 64 + i * esize)
             require(res == b"\0\0\0", "E1")
-            require(code in DTYPES, "E2")
+            if code not in self.codes and minor > self.reader_minor:  # section 14: a newer minor's code
+                raise SpecVersionError(f"file is format {major}.{minor} and uses dtype code {code}, unknown to "
+                                       f"this {major}.{self.reader_minor} reader; a newer reader is needed")
+            require(code in self.codes, "E2")
             require(codec in (0, 1), "E3")
             item = DTYPES[code].itemsize
             require(planes == 1 or (codec == 1 and planes == item), "E4")
@@ -307,6 +318,18 @@ def sample_tensors(rng) -> dict[str, np.ndarray]:
     return t
 
 
+def sample_1_1_tensors() -> dict[str, np.ndarray]:
+    """One tensor of each format 1.1 dtype (codes 18-22), chunked and compressible."""
+    smooth = np.linspace(-3, 3, 600).reshape(20, 30)
+    t = {name: smooth.astype(dt) for name, dt in [
+        ("f8e4m3fnuz", ml_dtypes.float8_e4m3fnuz), ("f8e5m2fnuz", ml_dtypes.float8_e5m2fnuz),
+        ("c32", ml_dtypes.complex32)]}
+    t["scales"] = np.exp2(np.arange(-20, 40) % 7).astype(ml_dtypes.float8_e8m0fnu).reshape(6, 10)
+    t["fp4"] = (np.arange(300) % 9).astype(np.uint8).view(DTYPES[21]).reshape(10, 30)
+    t["scalar_fp4"] = np.array(0x21, np.uint8).view(DTYPES[21])
+    return t
+
+
 @pytest.mark.parametrize("compression", [None, "zstd"])
 @pytest.mark.parametrize("chunk_bytes", [64, 1024, 1 << 20])
 def test_decodes_like_lazystore(tmp_path, compression, chunk_bytes):
@@ -432,10 +455,10 @@ def rewrite(src, dst, *, version=None, extra_entry=0, extra_record=0, index_edit
 def test_newer_minor_with_wider_records(tmp_path):
     ls.save(sample_tensors(np.random.default_rng(1)), tmp_path / "v10.lzy", compression="zstd", chunk_bytes=64)
     expected = ls.load(tmp_path / "v10.lzy")
-    path = tmp_path / "v11.lzy"
-    rewrite(tmp_path / "v10.lzy", path, version=(1, 1), extra_entry=8, extra_record=16)
+    path = tmp_path / "v12.lzy"  # newer than both readers (1.1)
+    rewrite(tmp_path / "v10.lzy", path, version=(1, 2), extra_entry=8, extra_record=16)
     with SpecFile(path) as f:
-        assert f.version == (1, 1) and f.size > (tmp_path / "v10.lzy").stat().st_size
+        assert f.version == (1, 2) and f.size > (tmp_path / "v10.lzy").stat().st_size
         f.verify()
     assert_same(spec_load(path)[0], expected)
     assert_same(ls.load(path), expected)
@@ -538,3 +561,54 @@ def test_worked_example_matches_writer(tmp_path):
     tensors, meta = spec_load(path)
     assert meta == {"epoch": 3} and tensors["step"].shape == () and tensors["step"] == 7
     assert tensors["w"].tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+# -- format 1.1 ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+@pytest.mark.parametrize("chunk_bytes", [64, 1 << 20])
+def test_decodes_1_1_dtypes_like_lazystore(tmp_path, compression, chunk_bytes):
+    path = tmp_path / "v11.lzy"
+    ls.save(sample_1_1_tensors(), path, compression=compression, chunk_bytes=chunk_bytes)
+    tensors, _ = spec_load(path)
+    with SpecFile(path) as f:
+        assert f.version == (1, 1)
+        f.verify()
+    assert_same(tensors, ls.load(path))
+    assert_same(tensors, sample_1_1_tensors())
+
+
+def test_reads_the_golden_1_1_file():
+    golden = DATA / "golden_v1_1.lzy"
+    with SpecFile(golden) as f:
+        f.verify()
+        assert f.version == (1, 1) and f.entries["fp4"]["dtype"] == DTYPES[21]
+    assert_same(spec_load(golden)[0], ls.load(golden))
+
+
+def test_a_1_0_reader_refuses_a_1_1_file_and_says_why():
+    with pytest.raises(SpecVersionError, match=r"format 1\.1 and uses dtype code 18.*newer reader"):
+        SpecFile(DATA / "golden_v1_1.lzy", reader_minor=0)
+    with SpecFile(DATA / "golden_v1.lzy", reader_minor=0) as f:  # while 1.0 files stay its own
+        f.verify()
+
+
+@pytest.mark.parametrize("version, newer", [((1, 2), True), ((1, 1), False), ((1, 0), False)])
+def test_unknown_dtype_code_is_a_newer_version_only_in_a_newer_file(tmp_path, version, newer):
+    # Entry 0 ("fnuz_e4m3") given code 23, which no version defines yet.
+    path = tmp_path / "u.lzy"
+    rewrite(DATA / "golden_v1_1.lzy", path, version=version, index_edit=lambda ix: ix.__setitem__(64 + 40, 23))
+    if newer:
+        with pytest.raises(SpecVersionError, match=r"format 1\.2 and uses dtype code 23"):
+            SpecFile(path)
+        with ls.open(path) as ck, pytest.raises(ls.UnsupportedVersionError, match=r"format 1\.2.*upgrade"):
+            ck["fnuz_e4m3"]
+    else:
+        with pytest.raises(SpecError, match="E2"):
+            SpecFile(path)
+        with ls.open(path) as ck, pytest.raises(ls.FormatError, match="unknown dtype code 23") as exc:
+            ck["fnuz_e4m3"]
+        assert not isinstance(exc.value, ls.UnsupportedVersionError)
+    with ls.open(path) as ck:  # the other tensors still read: entries are checked on first use
+        assert ck["w"].tolist() == [1.0, -1.0]

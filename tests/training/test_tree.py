@@ -503,7 +503,7 @@ BAD_VALUES = {
     "object_array": np.array([object()], dtype=object),
     "datetime_scalar": np.datetime64("2020-01-01"),
     "sparse": torch.eye(2).to_sparse(),
-    "float8_fnuz": torch.zeros(2, dtype=torch.float8_e4m3fnuz),
+    "bits8": torch.empty(2, dtype=torch.bits8),  # raw bits, no numeric dtype (float8 fnuz is stored since 1.1)
 }
 
 
