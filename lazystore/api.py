@@ -118,7 +118,10 @@ def load(path, keys=None, *, map_location=None, verify: bool = False, storage_op
     Nested state comes back with the same structure and types: tuples stay
     tuples, int keys ints, torch tensors torch tensors (on ``map_location``:
     "cpu", "cuda:0" or a torch.device; None means the CPU), numpy arrays
-    numpy arrays.
+    numpy arrays. ``map_location`` is never ignored: where nothing loaded is
+    a torch tensor (a flat checkpoint, numpy state), any device but the CPU
+    raises InvalidInputError pointing at ``lazystore.torch.load_file``, which
+    returns torch tensors on a device.
 
     Arrays and tensors are writable. Raw tensors of a local file are private
     copy-on-write views of it (see :meth:`CheckpointView.load`): nothing is
@@ -140,6 +143,7 @@ def load(path, keys=None, *, map_location=None, verify: bool = False, storage_op
     with open(path, verify=verify, storage_options=storage_options) as ck:
         structure = ck.system_metadata.get(tree.TREE_KEY)
         if structure is None:
+            torch_adapter.check_nothing_to_place(map_location)  # never ignored: see its docstring
             return ck.load(keys)
         root, names = tree.parse(structure, ck.keys())
         if keys is None:
@@ -151,6 +155,8 @@ def load(path, keys=None, *, map_location=None, verify: bool = False, storage_op
     dev = None
     if tree.has_torch(root, selected):
         dev = torch_adapter.device(map_location)
+    else:
+        torch_adapter.check_nothing_to_place(map_location)
 
     def make_torch(arr, node):
         return torch_adapter.from_numpy(arr, node, dev)

@@ -28,14 +28,13 @@ def is_tensor(x) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-def require():
-    """The torch module, or a MissingDependencyError naming the extra."""
+def require(why: str = "this checkpoint holds PyTorch tensors"):
+    """The torch module, or a MissingDependencyError saying ``why`` it is
+    needed and naming the extra."""
     try:
         import torch
     except ImportError as exc:
-        raise MissingDependencyError(
-            f"this checkpoint holds PyTorch tensors, and PyTorch is not installed: {EXTRA}"
-        ) from exc
+        raise MissingDependencyError(f"{why}, and PyTorch is not installed: {EXTRA}") from exc
     return torch
 
 
@@ -89,19 +88,67 @@ def to_numpy(t) -> np.ndarray:
     return t.view(getattr(torch, spec.torch_via)).numpy().view(spec.dtype)
 
 
-def device(map_location):
-    """``map_location`` as a torch.device (None stays None: the CPU)."""
+def device(map_location, what: str = "map_location"):
+    """``map_location`` as a torch.device (None stays None: the CPU), checked
+    to exist here: asking for a GPU on a machine without one fails now, with
+    a clear error, rather than in the middle of a load. An int is a CUDA
+    index, as torch and safetensors take it. ``what`` names the argument in
+    messages."""
     torch = require()
-    if map_location is None or isinstance(map_location, torch.device):
-        return map_location
-    if isinstance(map_location, (str, int)) and not isinstance(map_location, bool):
+    if map_location is None:
+        return None
+    if isinstance(map_location, torch.device):
+        dev = map_location
+    elif isinstance(map_location, (str, int)) and not isinstance(map_location, bool):
         try:
-            return torch.device(map_location)
+            # An int is a CUDA index as safetensors takes it (torch.device(0)
+            # means whichever accelerator there is, and fails without one).
+            dev = torch.device("cuda", map_location) if isinstance(map_location, int) else torch.device(map_location)
         except (RuntimeError, TypeError, ValueError) as exc:
-            raise InvalidInputError(f"bad map_location {map_location!r}: {exc}") from None
+            raise InvalidInputError(f"bad {what} {map_location!r}: {exc}") from None
+    else:
+        raise InvalidInputError(
+            f"{what} must be None, a device string such as 'cpu' or 'cuda:0', an int (a CUDA index) or a "
+            f"torch.device; got {map_location!r}")
+    _check_available(torch, dev, what)
+    return dev
+
+
+def _check_available(torch, dev, what: str) -> None:
+    """Refuse a device this process cannot use: an accelerator whose torch
+    backend (torch.cuda, torch.mps, torch.xpu, ...) says it is unavailable,
+    or an index past its device count. cpu and meta always exist."""
+    if dev.type in ("cpu", "meta"):
+        return
+    backend = getattr(torch, dev.type, None)
+    is_available = getattr(backend, "is_available", None)
+    if callable(is_available) and not is_available():
+        raise InvalidInputError(f"{what} {str(dev)!r}: no {dev.type} device is available here "
+                                f"(torch.{dev.type}.is_available() is False)")
+    count = getattr(backend, "device_count", None)
+    if dev.index is not None and callable(count) and dev.index >= count():
+        raise InvalidInputError(f"{what} {str(dev)!r}: there is no such device here "
+                                f"(torch.{dev.type}.device_count() is {count()})")
+
+
+def is_cpu(map_location) -> bool:
+    """Does ``map_location`` name the CPU? Never imports torch (a
+    torch.device can only exist if torch is imported already)."""
+    if isinstance(map_location, str):
+        return map_location.partition(":")[0].strip() == "cpu"
+    return getattr(map_location, "type", None) == "cpu"
+
+
+def check_nothing_to_place(map_location) -> None:
+    """``ls.load`` of tensors that are all numpy arrays: they live on the
+    CPU, so a ``map_location`` other than None or the CPU cannot be honoured,
+    and is refused rather than ignored."""
+    if map_location is None or is_cpu(map_location):
+        return
     raise InvalidInputError(
-        f"map_location must be None, a device string such as 'cpu' or 'cuda:0', or a torch.device; "
-        f"got {map_location!r}")
+        f"map_location={map_location!r} places torch tensors, and what is loaded holds none: a flat "
+        "checkpoint (or state saved from numpy) reads back as numpy arrays, on the CPU. For torch "
+        "tensors on a device use lazystore.torch.load_file(path, device=...)")
 
 
 def from_numpy(arr: np.ndarray, node: dict, dev=None):
