@@ -25,6 +25,7 @@ from lazystore.views.base import TensorInfo
 from lazystore.training.manager import CheckpointManager
 from lazystore.views.checkpoint import CheckpointView, TensorSlice
 from lazystore._native.writer import Writer
+from lazystore.torch.handle import safe_open
 
 __version__ = "0.1.0"
 FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
@@ -56,5 +57,6 @@ __all__ = [
     "__version__",
     "load",
     "open",
+    "safe_open",
     "save",
 ]

@@ -1,0 +1,136 @@
+"""``safetensors.torch``'s file functions over lazystore files: ``save_file``,
+``load_file``, ``save`` and ``load``, with the same names and parameters.
+
+Files are written flat (one tensor per name, no nested structure), so
+``ls.open`` and every other lazystore reader see plain tensors; tensors that
+are one tensor under several names are stored once (:mod:`.ties`).
+Reading goes through the public view API only, so it takes whatever
+``ls.open`` takes: lazystore files, safetensors files, sharded folders.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from lazystore._core import torch_arrays
+from lazystore._native.writer import Writer
+from lazystore.api import open as open_checkpoint
+from lazystore.errors import InvalidInputError
+from lazystore.torch import ties
+
+# safetensors' own I/O strategies; lazystore chooses its own (a map of a
+# local file, range requests for a URL), so either is accepted and means that.
+BACKENDS = ("mmap", "pread")
+# Why torch is needed, for the error when it is not installed.
+NEEDS_TORCH = "lazystore.torch reads and writes PyTorch tensors"
+# What ``**options`` may hold: the Writer's own keywords.
+OPTIONS = tuple(p for p in inspect.signature(Writer).parameters if p not in ("path", "metadata"))
+
+
+def save_file(tensors: dict, filename, metadata: Mapping | None = None, **options) -> None:
+    """Save a dict of torch tensors to ``filename``, atomically.
+
+    ``metadata`` is any JSON object (safetensors takes str to str; that is a
+    special case). ``options`` are lazystore's writer options:
+    ``compression`` ("zstd" or None), ``compression_level``, ``chunk_bytes``,
+    ``alignment``, ``storage_options``. Unlike safetensors, non-contiguous
+    tensors are saved (as their values), and tensors that are one tensor
+    under several names (a module registered twice, tied weights) are stored
+    once and come back tied from :func:`load_file`.
+    """
+    write(tensors, filename, metadata, checked(tensors), options)
+
+
+def save(tensors: dict, metadata: Mapping | None = None, **options) -> bytes:
+    """The bytes :func:`save_file` would write (a lazystore file)."""
+    with tempfile.TemporaryDirectory(prefix="lazystore-") as tmp:
+        path = Path(tmp) / "tensors.lzy"
+        save_file(tensors, path, metadata, **options)
+        return path.read_bytes()
+
+
+def load_file(filename, device="cpu", keys=None, *, backend: str = "mmap") -> dict:
+    """A dict of name to torch tensor on ``device`` ("cpu", "cuda:0", an int
+    for a CUDA index, "meta", a torch.device).
+
+    ``keys`` selects tensors: a glob pattern (str) or a list of names; only
+    their bytes are read. On the CPU, raw tensors of a local file are
+    zero-copy, writable, copy-on-write views of it: writing to one never
+    changes the file. Names saved as one tensor come back as one tensor
+    object.
+    """
+    dev = _device(device, backend)
+    with open_checkpoint(filename) as ck:
+        return tensors_of(ck, keys, dev)
+
+
+def load(data) -> dict:
+    """The tensors of a checkpoint held in bytes (what :func:`save` returns,
+    or a safetensors file's bytes), as CPU tensors owning their memory."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidInputError(f"load() takes the bytes of a checkpoint, got {type(data).__name__}")
+    torch_arrays.require(NEEDS_TORCH)
+    with tempfile.TemporaryDirectory(prefix="lazystore-") as tmp:
+        path = Path(tmp) / "data"
+        path.write_bytes(data)
+        with open_checkpoint(path) as ck:
+            # Copies: nothing may refer to the temporary file once it is gone.
+            return tensors_of(ck, None, None, copy=True)
+
+
+# -- shared with models.py and the safe_open handle ---------------------------------
+
+
+def checked(tensors) -> dict[str, str]:
+    """Check that ``tensors`` can be saved, before a byte is written; the
+    aliases among them (``{alias: stored name}``)."""
+    torch = torch_arrays.require(NEEDS_TORCH)
+    if not isinstance(tensors, Mapping):
+        raise InvalidInputError(f"expected a dict of str to torch.Tensor, got {type(tensors).__name__}")
+    for name, t in tensors.items():
+        if not isinstance(name, str):
+            raise InvalidInputError(f"tensor names must be str, got {type(name).__name__}: {name!r}")
+        if not isinstance(t, torch.Tensor):
+            raise InvalidInputError(f"{name!r} is a {type(t).__qualname__}, not a torch.Tensor")
+        torch_arrays.describe(t, repr(name))  # dense, a storable dtype, not on the meta device
+    return ties.find_aliases(tensors)
+
+
+def write(tensors: Mapping, filename, metadata, aliases: Mapping[str, str], options: dict) -> None:
+    """Write checked ``tensors``, each alias as a record, not as data."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise InvalidInputError(f"unknown option(s) {', '.join(unknown)}; lazystore's are {', '.join(OPTIONS)}")
+    if isinstance(filename, (str, os.PathLike)) and os.path.isdir(filename):
+        raise InvalidInputError(f"{os.fspath(filename)!r} is a folder: save_file writes one file")
+    with Writer(filename, metadata=metadata, **options) as w:
+        if aliases:
+            w.system_metadata[ties.KEY] = ties.encode(aliases)
+        for name, t in tensors.items():
+            if name not in aliases:
+                # One tensor at a time: a GPU tensor's CPU copy lives only while it is written.
+                w.add(name, torch_arrays.to_numpy(t))
+
+
+def tensors_of(ck, keys, dev, *, copy: bool = False) -> dict:
+    """The torch tensors ``keys`` selects from an open checkpoint, aliases
+    resolved to one tensor object per stored tensor."""
+    names = list(ck)
+    aliases = ties.read_aliases(ck.system_metadata, names)
+    wanted = ties.wanted(names, aliases, keys)
+    arrays = ck.load(list(dict.fromkeys(aliases.get(n, n) for n in wanted)))
+    tensors = {n: torch_arrays.from_numpy(a.copy() if copy else a, {}, dev) for n, a in arrays.items()}
+    return {n: tensors[aliases.get(n, n)] for n in wanted}
+
+
+def _device(device, backend: str):
+    """``device`` as a torch.device (checked to exist here), after checking
+    ``backend`` is one of safetensors'."""
+    torch_arrays.require(NEEDS_TORCH)
+    if backend not in BACKENDS:
+        raise InvalidInputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    return torch_arrays.device(device, "device")

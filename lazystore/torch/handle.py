@@ -1,0 +1,161 @@
+"""``safe_open``: safetensors' lazy file handle, over anything ``ls.open``
+reads (lazystore files, safetensors files, sharded folders), raw or
+compressed.
+
+It is built on the public view API alone (``ls.open``, ``load``,
+``get_slice``, ``info``, ``metadata``). Names are sorted in ``keys()`` as
+safetensors sorts them; ``offset_keys()`` gives the file's order. Metadata
+comes back as safetensors gives it, str to str (None when there is none):
+lazystore's JSON values that are not strings are given as their compact
+JSON text, so ``json.loads`` recovers them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from lazystore._core import torch_arrays
+from lazystore._core.dtypes import lookup
+from lazystore.api import open as open_checkpoint
+from lazystore.errors import ClosedError, InvalidInputError, TensorNotFoundError
+from lazystore.torch import ties
+from lazystore.torch.files import BACKENDS
+
+# safetensors' spellings of the frameworks lazystore gives tensors for.
+FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
+
+
+class safe_open:  # lower case: safetensors' name, so migrating is an import change
+    """``with safe_open(path, framework="pt", device="cpu") as f:`` then
+    ``f.keys()``, ``f.get_tensor(name)``, ``f.get_slice(name)[...]``,
+    ``f.metadata()``.
+
+    ``framework`` is "pt" (torch tensors on ``device``) or "np" (numpy
+    arrays, on the CPU). Tensors from ``get_tensor`` are writable; on the
+    CPU a raw tensor of a local file is a copy-on-write view of it, so
+    writing to it never changes the file. ``get_slice`` reads only the
+    chunks its index touches.
+    """
+
+    def __init__(self, filename, framework: str = "pt", device="cpu", *, backend: str = "mmap"):
+        self._framework = FRAMEWORKS.get(framework) if isinstance(framework, str) else None
+        if self._framework is None:
+            raise InvalidInputError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
+        if backend not in BACKENDS:
+            raise InvalidInputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        if self._framework == "pt":
+            torch_arrays.require("framework='pt' gives PyTorch tensors")
+            self._device = torch_arrays.device(device, "device")
+        elif device is None or torch_arrays.is_cpu(device):
+            self._device = None
+        else:
+            raise InvalidInputError(f"framework='np' gives numpy arrays, which live on the CPU; got device={device!r}")
+        self._view = open_checkpoint(filename)
+        try:
+            self._names = list(self._view)
+            self._aliases = ties.read_aliases(self._view.system_metadata, self._names)
+        except BaseException:
+            self._view.close()
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the file; tensors already handed out stay valid."""
+        self._view.close()
+
+    def keys(self) -> list[str]:
+        """Every tensor name, sorted (as safetensors sorts them)."""
+        return sorted(self.offset_keys())
+
+    def offset_keys(self) -> list[str]:
+        """Every tensor name in the file's order (names stored as another
+        tensor's alias last)."""
+        self._check()
+        return self._names + list(self._aliases)
+
+    def metadata(self) -> dict[str, str] | None:
+        """The metadata as str to str, or None when there is none."""
+        meta = self._view.metadata
+        if not meta:
+            return None
+        return {k: v if isinstance(v, str) else json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+                for k, v in meta.items()}
+
+    def get_tensor(self, name: str):
+        """The whole tensor: writable, and on the CPU zero-copy for raw tensors."""
+        target = self._target(name)
+        return self._convert(self._view.load([target])[target])
+
+    def get_tensors(self) -> dict:
+        """Every tensor, as ``{name: tensor}`` in the file's order."""
+        self._check()
+        arrays = self._view.load(self._names)
+        out = {n: self._convert(a) for n, a in arrays.items()}
+        out.update((alias, out[target]) for alias, target in self._aliases.items())
+        return out
+
+    def get_slice(self, name: str) -> SafeSlice:
+        """A handle whose ``[index]`` reads only what basic indexing needs."""
+        target = self._target(name)
+        return SafeSlice(self._view.get_slice(target), self._convert)
+
+    # -- internals -----------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._view.closed:
+            raise ClosedError(f"{self._view.name} is closed")
+
+    def _target(self, name: str) -> str:
+        """The stored tensor holding ``name`` (itself, or what it aliases)."""
+        self._check()
+        target = self._aliases.get(name, name)
+        if target not in self._view:
+            raise TensorNotFoundError(f"no tensor named {name!r} in {self._view.name}")
+        return target
+
+    def _convert(self, arr):
+        """A loaded array as the framework's tensor."""
+        if self._framework == "np":
+            return arr
+        return torch_arrays.from_numpy(arr, {}, self._device)
+
+
+class SafeSlice:
+    """``f.get_slice(name)``: ``get_shape()``, ``get_dtype()`` and ``[index]``.
+
+    The index is basic numpy indexing (ints, slices, Ellipsis, None), on the
+    shape ``get_shape()`` gives. For FP4 (``float4_e2m1fn_x2``, "F4") that is
+    torch's shape, in bytes of two values, where safetensors gives the count
+    of values.
+    """
+
+    __slots__ = ("_convert", "_slice")
+
+    def __init__(self, tensor_slice, convert):
+        self._slice = tensor_slice
+        self._convert = convert
+
+    def get_shape(self) -> list[int]:
+        return list(self._slice.shape)
+
+    def get_dtype(self) -> str:
+        """safetensors' dtype string ("F32", "BF16", ...); lazystore's name
+        for the dtypes safetensors lacks (complex128, complex32)."""
+        spec = lookup(self._slice.dtype)
+        return spec.safetensors or spec.name
+
+    def __getitem__(self, index):
+        part = np.asarray(self._slice[index])
+        if not part.flags.writeable:  # a view of the shared, read-only map: copy what was asked for
+            part = part.copy()
+        return self._convert(part)
+
+    def __repr__(self) -> str:
+        return f"<SafeSlice {self._slice.name!r} {self.get_dtype()} {self.get_shape()}>"
