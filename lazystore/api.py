@@ -21,7 +21,8 @@ from lazystore.interop.sharded_writer import ShardedWriter
 from lazystore._native.writer import Writer
 
 
-def open(path, *, verify: bool = False, storage_options: Mapping | None = None) -> CheckpointView:  # noqa: A001 - ls.open reads as the built-in open does, on purpose
+def open(path, *, verify: bool = False, storage_options: Mapping | None = None,  # noqa: A001 - ls.open reads as the built-in open does, on purpose
+         mmap: bool = True) -> CheckpointView:
     """Open a checkpoint lazily: only the index is read (from a URL: at most
     two small requests, the object's size and its tail).
 
@@ -39,14 +40,19 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None) 
     first access (compressed chunks are always checked when decoded, and so
     is everything fetched from a URL).
 
+    ``mmap=False`` reads a local file with ``pread`` instead of mapping it:
+    every read is a copy, but no page of the file stays resident in this
+    process, so streaming through a checkpoint larger than memory (as
+    ``lazystore convert`` and ``verify`` do) keeps memory bounded.
+
     ``storage_options`` configure the fsspec filesystem of a URL (e.g.
     ``{"key": ..., "secret": ..., "client_kwargs": {"endpoint_url": ...}}``
     for s3fs); local paths ignore them.
     """
     try:
-        return open_file(path, verify=verify, storage_options=storage_options)
+        return open_file(path, verify=verify, storage_options=storage_options, mmap=mmap)
     except IsADirectoryError:  # only local paths can be folders
-        return open_folder(local_path(path), verify=verify)
+        return open_folder(local_path(path), verify=verify, mmap=mmap)
 
 
 def save(obj, path, *, compression=None, compression_level: int | None = None,

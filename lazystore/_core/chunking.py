@@ -105,6 +105,54 @@ class ChunkGrid(NamedTuple):
         ids = np.ravel_multi_index(np.ix_(*per_axis), grid)
         return np.asarray(ids, dtype=np.int64).ravel()
 
+    def slice_plan(self, selection: list[range]) -> "SlicePlan":
+        """How to read a selection chunk by chunk into a box that holds
+        exactly the selected elements, every axis in ascending order (see
+        :class:`SlicePlan`): memory is the selection's size, never the
+        tensor's, and each chunk is decoded on its own."""
+        if not self.shape:  # a 0-d tensor is one chunk of one element
+            return SlicePlan((), [0] if self.n_chunks else [], [((), ())])
+        up = [_ascending(r) if len(r) else r for r in selection]
+        box_shape = tuple(len(r) for r in up)
+        ids = self.chunks_for(selection).tolist()
+        k, e = self.axis, self.extent
+        prefix_grid = self.shape[:k] + (self.n_blocks,)
+        trailing = tuple(slice(r.start, r.stop, r.step) for r in up[k + 1 :])
+        parts = []
+        for c in ids:
+            *prefix, b = np.unravel_index(c, prefix_grid)
+            a, lo = up[k], int(b) * e
+            # The picks of axis k inside block b: a[i0:i1].
+            i0 = max(0, -(-(lo - a.start) // a.step))
+            i1 = min(len(a), -(-(lo + e - a.start) // a.step))
+            src = (slice(a[i0] - lo, a[i1 - 1] - lo + 1, a.step),) + trailing
+            dst = tuple((int(p) - up[j].start) // up[j].step for j, p in enumerate(prefix)) + (slice(i0, i1),)
+            parts.append((dst, src))
+        return SlicePlan(box_shape, ids, parts)
+
+    def chunk_shape(self, c: int) -> tuple[int, ...]:
+        """Shape of chunk ``c``'s elements: its rows of the chunk axis, then
+        every later axis (the axes before it are one index each)."""
+        if not self.shape:
+            return ()
+        b = c % self.n_blocks
+        rows = min(self.extent, self._axis_len - b * self.extent)
+        return (rows,) + self.shape[self.axis + 1 :]
+
+
+class SlicePlan(NamedTuple):
+    """A selection of a tensor, read chunk by chunk (``ChunkGrid.slice_plan``).
+
+    ``box_shape`` is the selection's shape with every axis ascending (int
+    picks included, as axes of length 1). For each chunk in ``ids``,
+    ``parts`` holds ``(dst, src)``: ``box[dst] = chunk[src]``, where
+    ``chunk`` is the chunk's elements shaped ``ChunkGrid.chunk_shape(c)``.
+    """
+
+    box_shape: tuple[int, ...]
+    ids: list[int]
+    parts: list[tuple[tuple, tuple]]
+
 
 def _ascending(r: range) -> range:
     return r if r.step > 0 else range(r[-1], r[0] + 1, -r.step)

@@ -12,6 +12,21 @@ import operator
 from lazystore.errors import InvalidSelectionError
 
 
+def rebase(index) -> tuple:
+    """The index that, applied to a box holding exactly ``index``'s picks
+    with every axis ascending (``ChunkGrid.slice_plan``), gives what
+    ``array[index]`` gives: ints pick the box's only element of their axis,
+    slices take all of it (reversed for a negative step); Ellipsis and None
+    stay, so numpy shapes the result exactly as it would (an Ellipsis makes
+    even an all-int index give an array). ``index`` must have passed
+    :func:`selection`."""
+    items = index if isinstance(index, tuple) else (index,)
+    return tuple(it if it is None or it is Ellipsis
+                 else (slice(None, None, -1) if it.step is not None and it.step < 0 else slice(None))
+                 if isinstance(it, slice) else 0
+                 for it in items)
+
+
 def selection(index, shape: tuple[int, ...]) -> list[range]:
     """One range of selected indices per axis for a basic index.
 

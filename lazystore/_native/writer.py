@@ -1,7 +1,8 @@
 """Streaming, atomic, durable writer.
 
-Tensors are written as they are added, so the writer holds at most one
-tensor and its encoded chunks in memory; the index goes last. Everything is
+Tensors are written as they are added, a window of chunks at a time, so
+the writer holds at most one window (``WINDOW_BYTES``) of a tensor and its
+encoded chunks in memory, whatever the tensor's size; the index goes last. Everything is
 written to a hidden temporary file beside the target, fsync'd, renamed over
 the target and the folder fsync'd: a reader sees the old file or the new
 one, never a mix, and a failure or crash leaves any previous file intact.
@@ -12,23 +13,30 @@ makes the object appear only when complete (see :mod:`lazystore.sinks`).
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Mapping
+from functools import partial
 
 import numpy as np
 
 from lazystore._native import layout as fmt
+from lazystore._core.batching import batch_by_bytes
 from lazystore._core.checksum import digest
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
 from lazystore.codecs import RAW, codec_for
 from lazystore._core.dtypes import DtypeSpec, spec_for
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore._core.parallel import run_all, start_all
+from lazystore._core.rechunk import rechunk
 from lazystore.sinks import CloseOrAbort, open_sink
 
 _DEFAULT = object()
 # A compressed tensor must save at least this fraction, else it is stored raw
 # and stays mmap-able: a 1% saving is not worth losing zero-copy reads.
 MIN_SAVING = 0.01
+# The writer encodes and holds at most this many bytes of a tensor at once
+# (a window of whole chunks): larger tensors stream through.
+WINDOW_BYTES = 32 << 20
 
 
 class Writer(CloseOrAbort):
@@ -95,46 +103,85 @@ class Writer(CloseOrAbort):
     # -- public --------------------------------------------------------------
 
     def add(self, name: str, array, *, compression=_DEFAULT) -> None:
-        """Append one tensor. ``compression`` overrides the writer's default."""
+        """Append one tensor. ``compression`` overrides the writer's default.
+
+        An array is not copied: it is read a window of chunks at a time, so
+        a ``numpy.memmap`` larger than memory streams through too."""
         self._check_open()
         self._check_name(name)
         arr, spec = _storable(array)
-        codec = self._codec if compression is _DEFAULT else codec_for(compression, self._level)
-        grid = ChunkGrid(arr.shape, arr.itemsize, *choose_grid(arr.shape, arr.itemsize, self._chunk_bytes))
         flat = arr.reshape(-1).view(np.uint8)
-        chunks = [flat[o : o + n] for o, n in grid.raw_spans()]
+        windows = (flat[i : i + WINDOW_BYTES] for i in range(0, len(flat), WINDOW_BYTES))
+        self._add(name, spec, arr.shape, windows, compression)
 
-        planes = 1
-        stored: list = chunks
-        if codec is not RAW and chunks:
-            planes = codec.planes_for(arr.itemsize)
-            encoded = run_all(lambda c: codec.encode(c, planes, spec.is_float), chunks)
-            if sum(len(b) for b in encoded) <= (1 - MIN_SAVING) * arr.nbytes:
-                stored = encoded
-            else:
-                codec, planes = RAW, 1
-        else:
-            codec = RAW
-        lengths = [memoryview(b).nbytes for b in stored]
-        checksums = start_all(digest, stored)  # hashed on pool threads while we write
+    def add_pieces(self, name: str, pieces, *, dtype, shape, compression=_DEFAULT) -> None:
+        """Append one tensor given as its bytes in C order, in pieces of any
+        size: arrays (of any dtype) or bytes-like objects, e.g. blocks of
+        rows read one at a time from a tensor larger than memory. The writer
+        holds one window of chunks (``WINDOW_BYTES``) at a time; pieces are
+        not copied, so a piece's buffer must not be reused for the next.
 
+        Pieces that hold more or fewer bytes than ``dtype`` x ``shape`` raise
+        InvalidInputError; the tensor's bytes are then partly written, so
+        the writer is aborted (nothing reaches the target)."""
+        self._check_open()
+        self._check_name(name)
+        spec = spec_for(dtype)
+        try:
+            shape = tuple(operator.index(d) for d in shape)
+        except TypeError:
+            raise InvalidInputError(f"shape must be a sequence of ints, got {shape!r}") from None
+        if any(d < 0 for d in shape):
+            raise InvalidInputError(f"shape must not be negative, got {shape}")
+        self._add(name, spec, shape, pieces, compression)
+
+    def _add(self, name: str, spec: DtypeSpec, shape: tuple[int, ...], pieces, compression) -> None:
+        """Encode and write a tensor a window of chunks at a time: the chunks
+        of a window are encoded in parallel, written in order, and hashed on
+        pool threads while the next are written."""
+        codec = self._codec if compression is _DEFAULT else codec_for(compression, self._level)
+        itemsize = spec.dtype.itemsize
+        grid = ChunkGrid(shape, itemsize, *choose_grid(shape, itemsize, self._chunk_bytes))
+        sizes = [n for _, n in grid.raw_spans()]
+        nbytes = sum(sizes)
+        if not nbytes:
+            codec = RAW  # nothing to compress: an empty tensor is raw
+        planes = codec.planes_for(itemsize) if codec is not RAW else 1
         self._pad_to_alignment()
         data_offset = self._pos
-        if codec is RAW:
-            self._write(flat)  # one write of the whole tensor, zero-copy
-        else:
-            for blob in stored:
-                self._write(blob)
-        self._chunk_checksums.extend(checksums())
+        lengths: list[int] = []
+        checksums: list[int] = []
+        try:
+            for window in batch_by_bytes(rechunk(pieces, sizes), WINDOW_BYTES, len):
+                stored = window
+                if codec is not RAW:
+                    encoded = run_all(partial(_encode, codec, planes, spec.is_float), window)
+                    # Raw or compressed is decided on the first window (the
+                    # whole tensor, unless it is larger than a window).
+                    saved = 1 - sum(len(b) for b in encoded) / sum(len(c) for c in window)
+                    if not lengths and saved < MIN_SAVING:
+                        codec, planes = RAW, 1
+                    else:
+                        stored = encoded
+                hashed = start_all(digest, stored)  # hashed on pool threads while we write
+                for blob in stored:
+                    lengths.append(self._write(blob))
+                checksums.extend(hashed())
+        except BaseException:
+            # Part of the tensor is written and the rest never will be: the
+            # file cannot be finished, so nothing of it may reach the target.
+            self.abort()
+            raise
+        self._chunk_checksums.extend(checksums)
         self._chunk_lengths.extend(lengths)
 
         self._minor = max(self._minor, spec.since)
         self._names.append(name)
         self._seen.add(name)
-        self._dims.extend(arr.shape)
+        self._dims.extend(shape)
         self._entries.append(
-            (data_offset, sum(lengths), arr.nbytes, grid.n_chunks, grid.extent,
-             spec.code, codec.id, arr.ndim, grid.axis, planes, (0, 0, 0))
+            (data_offset, sum(lengths), nbytes, grid.n_chunks, grid.extent,
+             spec.code, codec.id, len(shape), grid.axis, planes, (0, 0, 0))
         )
 
     def close(self) -> None:
@@ -188,13 +235,19 @@ class Writer(CloseOrAbort):
         if name in self._seen:
             raise InvalidInputError(f"duplicate tensor name {name!r}")
 
-    def _write(self, data) -> None:
-        self._pos += self._sink.write(data)
+    def _write(self, data) -> int:
+        n = self._sink.write(data)
+        self._pos += n
+        return n
 
     def _pad_to_alignment(self) -> None:
         pad = fmt.align_up(self._pos, self._alignment) - self._pos
         if pad:
             self._write(bytes(pad))
+
+
+def _encode(codec, planes: int, is_float: bool, chunk):
+    return codec.encode(chunk, planes, is_float)
 
 
 def _storable(array) -> tuple[np.ndarray, DtypeSpec]:

@@ -126,7 +126,7 @@ def cmd_ls(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    with open_input(args.path) as ck, about(args.path):
+    with open_input(args.path, stream=True) as ck, about(args.path):
         # A view of no tensors verifies just the preamble (which opening a
         # local file has already checked; other sources check it here).
         ck.select([]).verify()
@@ -180,7 +180,7 @@ def _stored_size(path) -> str:
 
 def cmd_convert(args) -> int:
     _check_level(args)
-    with open_input(args.src, verify=True) as ck:
+    with open_input(args.src, verify=True, stream=True) as ck:
         with about(args.src):
             metadata, system_metadata = dict(ck.metadata), dict(ck.system_metadata)
         with open_output(args.dst, metadata=metadata, system_metadata=system_metadata,
@@ -208,7 +208,7 @@ def _merge_dicts(dicts: list[Mapping], prefer: str) -> dict:
 def cmd_merge(args) -> int:
     _check_level(args)
     with contextlib.ExitStack() as stack:
-        views = [(p, stack.enter_context(open_input(p, verify=True))) for p in args.inputs]
+        views = [(p, stack.enter_context(open_input(p, verify=True, stream=True))) for p in args.inputs]
         sources: dict[str, tuple[str, ls.CheckpointView]] = {}
         duplicates = 0
         for path, ck in views:

@@ -2,14 +2,14 @@
 
 Names, dtypes, shapes and metadata come from the indexes; values are
 compared bit for bit (so a file and its recompressed copy are the same), a
-block at a time (:func:`blocks`), so memory stays bounded however large the
+block at a time (:func:`lazystore._core.blocks.blocks`), so memory stays bounded however large the
 tensors. :class:`ValueDiff` sums up how two tensors' values differ.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -17,29 +17,11 @@ import lazystore as ls
 from lazystore.cli.errors import about
 from lazystore.cli.inputs import open_input
 from lazystore.cli.progress import progress
+from lazystore._core.blocks import blocks
 from lazystore.cli.text import dtype_name, format_shape, plural, short_json
 
 # diff reads tensors in blocks of about this many bytes per file.
 DIFF_BLOCK_BYTES = 16 << 20
-
-
-def blocks(shape: tuple[int, ...], itemsize: int, limit: int) -> Iterator[tuple]:
-    """Indexes that cover a C-order tensor in contiguous blocks of at most
-    ``limit`` bytes (or one row of its last axis, if that is larger)."""
-    if not shape:
-        yield ()
-        return
-    if 0 in shape:
-        return
-    row = math.prod(shape[1:]) * itemsize
-    if row <= limit or len(shape) == 1:
-        step = max(1, limit // row)
-        for i in range(0, shape[0], step):
-            yield (slice(i, min(i + step, shape[0])),)
-        return
-    for i in range(shape[0]):
-        for rest in blocks(shape[1:], itemsize, limit):
-            yield (slice(i, i + 1),) + rest
 
 
 def _flat_bits(x: np.ndarray) -> np.ndarray:
@@ -134,7 +116,7 @@ def _tensor_line(mark: str, info: ls.TensorInfo) -> str:
 
 def cmd_diff(args) -> int:
     lines: list[str] = []
-    with open_input(args.a, verify=True) as ca, open_input(args.b, verify=True) as cb:
+    with open_input(args.a, verify=True, stream=True) as ca, open_input(args.b, verify=True, stream=True) as cb:
         with about(args.a):
             names_a, meta_a, sys_a = list(ca), ca.metadata, ca.system_metadata
         with about(args.b):

@@ -18,7 +18,7 @@ from lazystore.cli.errors import about
 from lazystore.interop import archives
 
 
-def open_input(path, *, verify: bool = False) -> ls.CheckpointView:
+def open_input(path, *, verify: bool = False, stream: bool = False) -> ls.CheckpointView:
     """Open any checkpoint :func:`lazystore.open` reads (lazystore, safetensors,
     sharded folders), or a torch zip / ``.npz`` archive (read through
     ``torch.load(weights_only=True)`` / ``allow_pickle=False`` only).
@@ -26,11 +26,16 @@ def open_input(path, *, verify: bool = False) -> ls.CheckpointView:
     Commands that copy or compare data pass ``verify=True``: raw tensors are
     checked against their checksums as they are read, so corrupt bytes stop
     the command instead of being copied into a new file (with fresh checksums)
-    or reported as a value difference."""
+    or reported as a value difference.
+
+    Commands that read every byte once (verify, convert, merge, diff) pass
+    ``stream=True``: a local file is read without a mapping, so the pages
+    read do not stay resident and memory stays bounded for a checkpoint
+    larger than memory."""
     with about(path):
         if archives.archive_format(path) is not None:
             return archives.open_archive(path)
-        return ls.open(path, verify=verify)
+        return ls.open(path, verify=verify, mmap=not stream)
 
 
 class Tensors:
@@ -60,3 +65,19 @@ class Tensors:
         path, view = self._sources[name]
         with about(path):
             return view[name]
+
+    def get_slice(self, name: str):
+        path, view = self._sources[name]
+        return _Named(path, view.get_slice(name))
+
+
+class _Named:
+    """A tensor slice whose reads name the file they come from."""
+
+    def __init__(self, path, part):
+        self._path = path
+        self._part = part
+
+    def __getitem__(self, index):
+        with about(self._path):
+            return self._part[index]

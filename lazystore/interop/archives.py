@@ -22,6 +22,7 @@ import zipfile
 
 import numpy as np
 
+from lazystore.interop import safetensors
 from lazystore.training import tree
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore.errors import FormatError
@@ -29,18 +30,22 @@ from lazystore.views.arrays import ArraysView
 from lazystore.views.base import TensorInfo
 
 ZIP_MAGIC = b"PK\x03\x04"
+PICKLE_PROTOCOLS = (b"\x02", b"\x03", b"\x04", b"\x05")
 
 
 def archive_format(path) -> str | None:
     """"torch" or "npz" for a local file that is one (by content), else None."""
     try:
         with open(path, "rb") as f:
-            head = f.read(4)
+            head = f.read(9)
     except (OSError, TypeError):
         return None
-    if head[:1] == b"\x80":  # a bare pickle: torch.save's legacy format
+    # A pickle (torch.save's legacy format) starts with PROTO (0x80) and a
+    # protocol number; so may a safetensors header length (0x0280 = 640
+    # bytes), whose JSON header then starts at byte 8.
+    if head[:1] == b"\x80" and head[1:2] in PICKLE_PROTOCOLS and not safetensors.looks_like(head):
         return "torch"
-    if head != ZIP_MAGIC:
+    if head[:4] != ZIP_MAGIC:
         return None
     try:
         with zipfile.ZipFile(path) as z:

@@ -20,30 +20,48 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+
 from lazystore import api
+from lazystore._core.blocks import blocks
 from lazystore.interop import archives
 from lazystore.interop.safetensors import SafetensorsWriter
 from lazystore._native.writer import Writer
 
+# Tensors larger than this are copied a block at a time.
+COPY_BLOCK_BYTES = 16 << 20
+
 
 def copy(view, writer, *, compression=None, names: Iterable[str] | None = None) -> None:
-    """Stream tensors of ``view`` into ``writer`` one at a time, so memory
-    holds one tensor however large the checkpoint.
+    """Stream tensors of ``view`` into ``writer`` one at a time.
+
+    A tensor larger than ``COPY_BLOCK_BYTES`` is read and written a block
+    of rows at a time (through ``get_slice`` and ``add_pieces``), so memory
+    stays bounded even for a tensor larger than memory, provided the view
+    does not keep what it reads resident (open local files with
+    ``mmap=False``, as the converters and the command line do).
 
     ``compression`` None keeps each tensor's own codec; "zstd" or "none"
     re-encodes every tensor (safetensors outputs ignore it). ``names`` picks
     the tensors and their order (default: all of ``view``'s, in its order).
     It is consumed one name per tensor, after the previous tensor is
     written, so an iterator that counts what it yields reports progress:
-    the command line passes its progress bar. ``view`` needs only
-    ``info(name)`` and ``view[name]`` (and iteration, without ``names``)."""
+    the command line passes its progress bar. ``view`` needs ``info(name)``,
+    ``view[name]`` and ``get_slice(name)`` (and iteration, without ``names``)."""
     for name in view if names is None else names:
         info = view.info(name)
-        writer.add(name, view[name], compression=info.compression if compression is None else compression)
+        codec = info.compression if compression is None else compression
+        if info.nbytes <= COPY_BLOCK_BYTES:
+            writer.add(name, view[name], compression=codec)
+            continue
+        part = view.get_slice(name)
+        pieces = (part[index] for index in blocks(info.shape, info.dtype.itemsize, COPY_BLOCK_BYTES))
+        writer.add_pieces(name, pieces, dtype=info.dtype, shape=info.shape, compression=codec)
 
 
 def _open(src, verify: bool):
-    return (api.open(src, verify=verify), True) if not hasattr(src, "info") else (src, False)
+    # Unmapped: a converter reads each byte once, and a mapping would keep
+    # every page it read resident, however large the checkpoint.
+    return (api.open(src, verify=verify, mmap=False), True) if not hasattr(src, "info") else (src, False)
 
 
 def to_safetensors(src, dst, *, storage_options: Mapping | None = None) -> None:

@@ -44,11 +44,12 @@ def sniff(source) -> tuple[str, object]:
     raise FormatError(f"not a lazystore or safetensors file ({source.size} bytes, starting {head[:8]!r})")
 
 
-def open_file(path, *, verify: bool = False, storage_options=None) -> CheckpointView:
-    """Open a lazystore or safetensors file as a lazy view (local: memory-mapped;
-    any fsspec URL: range requests). A local folder raises IsADirectoryError,
-    told from the open file descriptor without a second lookup of the path."""
-    source = open_source(path, storage_options)
+def open_file(path, *, verify: bool = False, storage_options=None, mmap: bool = True) -> CheckpointView:
+    """Open a lazystore or safetensors file as a lazy view (local: memory-mapped
+    unless ``mmap=False``; any fsspec URL: range requests). A local folder
+    raises IsADirectoryError, told from the open file descriptor without a
+    second lookup of the path."""
+    source = open_source(path, storage_options, mmap=mmap)
     try:
         _, reader = sniff(source)
     except BaseException:

@@ -29,6 +29,7 @@ lazystore files.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 import tempfile
@@ -37,8 +38,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from lazystore._native import layout as fmt
-from lazystore._core.checksum import digest
+from lazystore._core.checksum import hasher as new_hasher
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
+from lazystore._core.rechunk import as_bytes
 from lazystore._core.dtypes import BY_SAFETENSORS, from_safetensors_shape, spec_for, to_safetensors_shape
 from lazystore._core import strict_json
 from lazystore.errors import ClosedError, FormatError, InvalidInputError, UnsupportedDtypeError
@@ -255,7 +257,7 @@ def _json_object(text: str, key: str) -> dict:
 
 # -- writing ---------------------------------------------------------------------------
 
-_COPY_BLOCK = 8 << 20
+_COPY_BLOCK = 4 << 20
 
 
 class SafetensorsWriter(CloseOrAbort):
@@ -294,6 +296,14 @@ class SafetensorsWriter(CloseOrAbort):
         self.path = getattr(self._sink, "path", path)
 
     def add(self, name: str, array, *, compression=None) -> None:
+        arr = np.asarray(array)
+        spec = spec_for(arr.dtype)
+        arr = np.asarray(arr, dtype=spec.dtype, order="C")
+        self.add_pieces(name, [arr], dtype=spec.dtype, shape=arr.shape)
+
+    def add_pieces(self, name: str, pieces, *, dtype, shape, compression=None) -> None:
+        """Append one tensor given as its C-order bytes in pieces (as
+        :meth:`lazystore.Writer.add_pieces`), spooled as they come."""
         if self._sink.closed:
             raise ClosedError(f"writer for {self.path} is closed")
         if not isinstance(name, str):
@@ -302,18 +312,29 @@ class SafetensorsWriter(CloseOrAbort):
             raise InvalidInputError("'__metadata__' cannot name a tensor in a safetensors file")
         if name in self._checksums:
             raise InvalidInputError(f"duplicate tensor name {name!r}")
-        arr = np.asarray(array)
-        spec = spec_for(arr.dtype)
+        spec = spec_for(dtype)
         st_name = spec.safetensors
         if st_name is None:
             raise UnsupportedDtypeError(f"{name!r}: safetensors cannot store {spec.name} tensors")
-        arr = np.asarray(arr, dtype=spec.dtype, order="C")
-        st_shape = to_safetensors_shape(spec, arr.shape)  # refuses before a byte is spooled
-        flat = arr.reshape(-1).view(np.uint8)
-        self._spool.write(flat)
-        self._checksums[name] = f"{digest(flat):016x}"
-        self._tensors.append((name, st_name, st_shape, self._size, self._size + arr.nbytes))
-        self._size += arr.nbytes
+        shape = tuple(shape)
+        st_shape = to_safetensors_shape(spec, shape)  # refuses before a byte is spooled
+        nbytes = math.prod(shape) * spec.dtype.itemsize
+        hasher = new_hasher()
+        spooled = 0
+        try:
+            for piece in pieces:
+                data = as_bytes(piece)
+                self._spool.write(data)
+                hasher.update(data)
+                spooled += len(data)
+            if spooled != nbytes:
+                raise InvalidInputError(f"{name!r}: the pieces hold {spooled} bytes; dtype x shape needs {nbytes}")
+        except BaseException:
+            self.abort()  # the spool holds part of a tensor: the file cannot be finished
+            raise
+        self._checksums[name] = f"{hasher.intdigest():016x}"
+        self._tensors.append((name, st_name, st_shape, self._size, self._size + nbytes))
+        self._size += nbytes
 
     def close(self) -> None:
         if self._sink.closed:
@@ -328,8 +349,9 @@ class SafetensorsWriter(CloseOrAbort):
             self._sink.write(struct.pack("<Q", len(header)))
             self._sink.write(header)
             self._spool.seek(0)
-            while block := self._spool.read(_COPY_BLOCK):
-                self._sink.write(block)
+            block = bytearray(_COPY_BLOCK)  # one buffer, reused: memory stays bounded
+            while n := self._spool.readinto(block):
+                self._sink.write(memoryview(block)[:n])
             self._sink.commit()
         except BaseException:
             self.abort()

@@ -87,7 +87,7 @@ def _is_file_name(f: str) -> bool:
         return False
 
 
-def open_folder(folder, *, verify: bool = False) -> ShardedView:
+def open_folder(folder, *, verify: bool = False, mmap: bool = True) -> ShardedView:
     """The view of a sharded folder (lazystore's or Hugging Face's).
 
     A save may replace the folder's checkpoint while it is opened, removing
@@ -102,7 +102,7 @@ def open_folder(folder, *, verify: bool = False) -> ShardedView:
                               f"or {HF_INDEX_NAME})")
         index, stamp = _read_index_stamped(index_path)
         try:
-            return _open_shards(folder, index_path, index, index_path == ours, verify)
+            return _open_shards(folder, index_path, index, index_path == ours, verify, mmap)
         except (FormatError, FileNotFoundError):
             if attempt < OPEN_ATTEMPTS and _index_changed(index_path, stamp):
                 continue
@@ -110,7 +110,7 @@ def open_folder(folder, *, verify: bool = False) -> ShardedView:
     raise AssertionError("unreachable")
 
 
-def _open_shards(folder: Path, index_path: Path, index: dict, ours: bool, verify: bool) -> ShardedView:
+def _open_shards(folder: Path, index_path: Path, index: dict, ours: bool, verify: bool, mmap: bool) -> ShardedView:
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise FormatError(f"{index_path}: corrupt index: weight_map is not an object of names to files")
@@ -130,7 +130,7 @@ def _open_shards(folder: Path, index_path: Path, index: dict, ours: bool, verify
             path = folder / f
             if not path.is_file():
                 raise FormatError(f"{index_path}: shard {f} is missing")
-            view = open_file(path, verify=verify)
+            view = open_file(path, verify=verify, mmap=mmap)
             views.append(view)
             if save_id is not None:
                 mark = view.system_metadata.get(SHARD_KEY)

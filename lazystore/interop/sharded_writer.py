@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import re
 import shutil
@@ -88,21 +89,36 @@ class ShardedWriter(CloseOrAbort):
     # -- writing ---------------------------------------------------------------
 
     def add(self, name: str, array, **options) -> None:
-        if self._closed:
-            raise ClosedError(f"writer for {self.folder} is closed")
-        if name in self._weight_map:
-            raise InvalidInputError(f"duplicate tensor name {name!r}")
         nbytes = getattr(array, "nbytes", None)
         if nbytes is None:  # lists, scalars: their size is their array's
             array = np.asarray(array)
             nbytes = array.nbytes
+        self._shard_for(name, nbytes).add(name, array, **options)
+        self._added(name, nbytes)
+
+    def add_pieces(self, name: str, pieces, *, dtype, shape, **options) -> None:
+        """As :meth:`lazystore.Writer.add_pieces`: a tensor in pieces, into
+        the shard it belongs to."""
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        self._shard_for(name, nbytes).add_pieces(name, pieces, dtype=dtype, shape=shape, **options)
+        self._added(name, nbytes)
+
+    def _shard_for(self, name: str, nbytes: int) -> Writer:
+        """The writer of the shard the next tensor goes to: a new shard once
+        it would take the current one past ``max_shard_size``."""
+        if self._closed:
+            raise ClosedError(f"writer for {self.folder} is closed")
+        if name in self._weight_map:
+            raise InvalidInputError(f"duplicate tensor name {name!r}")
         # An empty tensor never starts a shard; one larger than the limit gets its own.
         full = self._max is not None and self._size and nbytes and self._size + nbytes > self._max
         if self._current is not None and full:
             self._finish_shard()
         if self._current is None:
             self._open_shard()
-        self._current.add(name, array, **options)
+        return self._current
+
+    def _added(self, name: str, nbytes: int) -> None:
         self._size += nbytes
         self._weight_map[name] = len(self._staged) + 1
 

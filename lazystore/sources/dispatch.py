@@ -30,13 +30,14 @@ def local_path(path):
     return None
 
 
-def open_source(path, storage_options=None) -> ByteSource:
-    """The source of a local path or ``file://`` URL (memory-mapped), or of any
-    other fsspec URL (range requests; needs ``lazystore[remote]``).
-    ``storage_options`` go to the fsspec filesystem; local paths ignore them."""
+def open_source(path, storage_options=None, *, mmap: bool = True) -> ByteSource:
+    """The source of a local path or ``file://`` URL (memory-mapped, unless
+    ``mmap=False``), or of any other fsspec URL (range requests; needs
+    ``lazystore[remote]``). ``storage_options`` go to the fsspec filesystem;
+    local paths ignore them."""
     local = local_path(path)
     if local is not None:
-        return LocalFile(local)
+        return LocalFile(local, mmap=mmap)
     from lazystore.sources.fsspec import FsspecSource
 
     return FsspecSource(path, storage_options)

@@ -19,6 +19,7 @@ from functools import partial
 import numpy as np
 
 from lazystore._core.parallel import run_all
+from lazystore._core.slicing import rebase
 from lazystore._native.index import Entry, Index
 from lazystore._native.locate import read_index
 from lazystore.codecs import CODECS_BY_ID, RAW
@@ -224,13 +225,12 @@ class CheckpointView(ViewBase):
 
     def _read_part(self, entry: Entry, index, picks: list[range]):
         """``get_slice(...)[index]``: only the chunks holding ``picks``."""
-        chunk_ids = entry.grid.chunks_for(picks)
-        raw_view = self._mapped_raw(entry, chunk_ids)
-        if raw_view is not None:
-            return raw_view[index]
-        result = self._decode(entry, chunk_ids)[index]
-        # Copy so the tensor-sized decode buffer is released with this call.
-        return result.copy() if isinstance(result, np.ndarray) else result
+        if self._file.source.mapped() is not None and entry.codec == RAW.id:
+            return self._mapped_raw(entry, entry.grid.chunks_for(picks))[index]
+        # Decoded chunk by chunk into a box the size of the selection, so a
+        # slice of a tensor larger than memory is as cheap as the slice.
+        box = self._file.reader.read_box(entry, entry.grid.slice_plan(picks), self._file.verify)
+        return box[rebase(index)]
 
     def _mapped_raw(self, entry: Entry, chunk_ids=None) -> np.ndarray | None:
         """The zero-copy view of a raw tensor in a mapped file, or None when

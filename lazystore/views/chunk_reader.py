@@ -19,10 +19,12 @@ checks skipped; ``CheckpointView.verify`` refuses to run on it.
 from __future__ import annotations
 
 from functools import partial
+from itertools import accumulate
 
 import numpy as np
 
 from lazystore._core.batching import batch_by_bytes
+from lazystore._core.chunking import SlicePlan
 from lazystore._core.checksum import all_zero, check
 from lazystore.codecs import CODECS_BY_ID, RAW
 from lazystore.errors import ChecksumError, FormatError
@@ -38,6 +40,9 @@ RAW_RUN_BYTES = 16 << 20
 # many bytes at a time: loading many tensors holds at most one batch of
 # fetched bytes beside the arrays being filled.
 FETCH_BATCH_BYTES = 64 << 20
+# get_slice of a tensor that cannot be viewed in place decodes about this
+# many bytes of chunks at a time.
+PART_BATCH_BYTES = 16 << 20
 # verify() of a mapped file checks tensors in pool tasks of about this many
 # stored bytes (one task each for tensors at least this large).
 VERIFY_BATCH_BYTES = 4 << 20
@@ -51,13 +56,17 @@ class ChunkReader:
         self.fetching = source.mapped() is None
         self.checked = index.checksums_known
 
-    def jobs(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool) -> list:
+    def jobs(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool, places=None) -> list:
         """What :meth:`run` needs to fill ``out`` with the given chunks: tasks
         for a mapped source, fetches for any other. Jobs of several tensors
-        may be run together."""
+        may be run together.
+
+        ``places`` maps each chunk id to where its decoded bytes go in
+        ``out`` (default: where they lie in the tensor); chunks with
+        consecutive ids must lie back to back there too."""
         if self.fetching:
-            return self._fetches(entry, chunk_ids, out)
-        return self.tasks(entry, chunk_ids, out, verify_raw)
+            return self._fetches(entry, chunk_ids, out, places)
+        return self.tasks(entry, chunk_ids, out, verify_raw, places)
 
     def run(self, jobs: list) -> None:
         if self.fetching:
@@ -65,7 +74,7 @@ class ChunkReader:
         else:
             run_all(_call, jobs)
 
-    def tasks(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool) -> list:
+    def tasks(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool, places=None) -> list:
         """Zero-argument callables that fill ``out`` (the tensor's decoded
         bytes as uint8) with the given chunks, in any order or thread.
 
@@ -73,14 +82,33 @@ class ChunkReader:
         only when ``verify_raw``."""
         ids = np.asarray(chunk_ids, dtype=np.int64).tolist()
         decoded_at = entry.decoded_offsets()
+        places = decoded_at if places is None else places
         if entry.codec == RAW.id:
-            return [partial(self._read_raw, entry, run, decoded_at, out, verify_raw)
+            return [partial(self._read_raw, entry, run, decoded_at[run[0]], places[run[0]], out, verify_raw)
                     for run in _raw_runs(ids, entry.decoded)]
         stored_at = entry.chunk_offsets()
-        return [partial(self._read_compressed, entry, c, stored_at[c], decoded_at[c], out) for c in ids]
+        return [partial(self._read_compressed, entry, c, stored_at[c], places[c], out) for c in ids]
 
-    def fill(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool) -> None:
-        self.run(self.jobs(entry, chunk_ids, out, verify_raw))
+    def fill(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool, places=None) -> None:
+        self.run(self.jobs(entry, chunk_ids, out, verify_raw, places))
+
+    def read_box(self, entry: Entry, plan: SlicePlan, verify_raw: bool) -> np.ndarray:
+        """The elements a selection picks, in its ascending box (see
+        ``ChunkGrid.slice_plan``), decoding a batch of about
+        ``PART_BATCH_BYTES`` of chunks at a time: memory holds the selection
+        and one batch, never the whole tensor."""
+        box = np.empty(plan.box_shape, entry.dtype)
+        work = list(zip(plan.ids, plan.parts))
+        for batch in batch_by_bytes(work, PART_BATCH_BYTES, lambda item: entry.decoded[item[0]]):
+            ids = [c for c, _ in batch]
+            places = dict(zip(ids, accumulate((entry.decoded[c] for c in ids[:-1]), initial=0)))
+            buf = np.empty(places[ids[-1]] + entry.decoded[ids[-1]], np.uint8)
+            self.fill(entry, ids, buf, verify_raw, places)  # ids ascending: packed back to back
+            for c, (dst, src) in batch:
+                at = places[c]
+                chunk = buf[at : at + entry.decoded[c]].view(entry.dtype).reshape(entry.grid.chunk_shape(c))
+                box[dst] = chunk[src]
+        return box
 
     def check_stored(self, entry: Entry, chunk_ids) -> None:
         """Raise ChecksumError unless the given stored chunks match."""
@@ -128,16 +156,17 @@ class ChunkReader:
         if self.checked:
             check(data, int(self.index.chunks["checksum"][entry.first_chunk + c]), _what(entry, c))
 
-    def _read_raw(self, entry: Entry, run: list[int], decoded_at: list[int], out, verify) -> None:
-        start = decoded_at[run[0]]
-        end = decoded_at[run[-1]] + entry.decoded[run[-1]]
-        target = out[start:end]
+    def _read_raw(self, entry: Entry, run: list[int], start: int, place: int, out, verify) -> None:
+        """Read a run of consecutive raw chunks, which start ``start`` bytes
+        into the tensor, into ``out`` at ``place``."""
+        target = out[place : place + sum(entry.decoded[c] for c in run)]
         # Raw chunks are stored as decoded, back to back from the data offset.
         self.source.read_into(entry.data_offset + start, target)
         if verify:
+            lo = 0
             for c in run:
-                lo = decoded_at[c] - start
                 self._check(target[lo : lo + entry.decoded[c]], entry, c)
+                lo += entry.decoded[c]
 
     def _read_compressed(self, entry: Entry, c: int, stored_at: int, decoded_at: int, out) -> None:
         blob = self.source.read(stored_at, stored_at + entry.stored[c])
@@ -154,10 +183,11 @@ class ChunkReader:
 
     # -- fetching from unmapped sources --------------------------------------------
 
-    def _fetches(self, entry: Entry, chunk_ids, out: np.ndarray) -> list:
+    def _fetches(self, entry: Entry, chunk_ids, out: np.ndarray, places=None) -> list:
         """``(start, stop, consume)`` for the chunks: ``consume(stored bytes)``
         checks them and puts their decoded bytes in place in ``out``."""
-        stored_at, decoded_at = entry.chunk_offsets(), entry.decoded_offsets()
+        stored_at = entry.chunk_offsets()
+        decoded_at = entry.decoded_offsets() if places is None else places
         use = self._take_raw if entry.codec == RAW.id else self._decode_chunk
         # One range per chunk: the source groups neighbours into requests of
         # the size that suits it (see its read_many).
