@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import measures, report, workloads
+from . import background, measures, report, workloads
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -43,8 +43,9 @@ def main(argv=None) -> int:
     try:
         log(f"preparing the {scale.mode} workloads in {folder}")
         ctx = measures.Context(scale, *workloads.prepare(scale, folder, log))
-        for i, measure in enumerate(measures.MEASURES, 1):
-            log(f"[{i}/{len(measures.MEASURES)}] {measure.__name__}")
+        every = measures.MEASURES + background.MEASURES
+        for i, measure in enumerate(every, 1):
+            log(f"[{i}/{len(every)}] {measure.__module__.rsplit('.', 1)[-1]}.{measure.__name__}")
             t0 = time.perf_counter()
             results += measure(ctx)
             log(f"      {time.perf_counter() - t0:.1f} s")

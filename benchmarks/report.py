@@ -56,9 +56,10 @@ def _grid(header: list[str], rows: list[list[str]]) -> str:
 def table(results: list[Result]) -> str:
     """The targets (lazystore vs anchor, same run), then the informational rows."""
     targets = [r for r in results if r.target is not None]
-    others = [r for r in results if r.target is None and r.group not in ("remote", "dcp")]
+    others = [r for r in results if r.target is None and r.group not in ("remote", "dcp", "background")]
     remote = [r for r in results if r.group == "remote"]
     dcp = [r for r in results if r.group == "dcp"]
+    background = [r for r in results if r.group == "background"]
     main = _grid(
         ["measure", "lazystore", "anchor", "ratio", "target", "result"],
         [[f"{r.title} (vs {r.anchor_label})", figure(r, r.ours), figure(r, r.anchor),
@@ -77,7 +78,16 @@ def table(results: list[Result]) -> str:
         text += "\n" + remote_table(remote) + "\n"
     if dcp:
         text += "\n" + dcp_table(dcp) + "\n"
+    if background:
+        text += "\n" + background_table(background) + "\n"
     return text
+
+
+def background_table(rows: list[Result]) -> str:
+    """Background saves (no target): each figure over the one it is compared with, same run."""
+    return _grid(["background saves (no target)", "measured", "compared with", "ratio"],
+                 [[f"{r.title} [{r.anchor_label}]", figure(r, r.ours), figure(r, r.anchor),
+                   f"{r.ratio:.3f}" if r.ratio is not None else ""] for r in rows])
 
 
 def dcp_table(rows: list[Result]) -> str:

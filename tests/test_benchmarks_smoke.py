@@ -13,7 +13,7 @@ from tests.paths import REPO
 # The issue's targets, by their ids in benchmarks.json.
 TARGETS = {
     "save_durable", "load_all", "read_one", "open_many", "verify", "zstd_load",
-    "peak_rss", "minilm_fp32", "minilm_bf16",
+    "peak_rss", "minilm_fp32", "minilm_bf16", "bg_pause",
 }
 # Informational rows the issue asks for (physical limits and other tools).
 REFERENCES = {
@@ -25,6 +25,12 @@ REFERENCES = {
 REMOTE = {f"remote_{v}_{what}" for v in ("raw", "zstd") for what in ("bytes", "requests", "time")}
 # torch.distributed.checkpoint through lazystore.dcp against FileSystemWriter/Reader.
 DCP = {f"dcp_{what}_{v}" for v in ("raw", "zstd") for what in ("save", "load", "size", "one_bytes")}
+# Background saves: pauses, a real training loop's step time, thread vs process writers, memory.
+BACKGROUND = {
+    "bg_pause_vs_memcpy", "bg_durable", "bg_dcp_async_pause", "bg_dcp_async_durable", "bg_train_overhead",
+    "bg_train_overhead_zstd", "bg_train_overhead_blocking", "bg_train_thread_writer", "bg_train_process_writer",
+    "bg_peak_rss",
+}
 
 
 def _positive(x) -> bool:
@@ -44,7 +50,8 @@ def test_quick_benchmark_run(tmp_path):
     assert report["mode"] == "quick"
     assert report["machine"]["cores"] and report["machine"]["versions"]["numpy"]
     rows = {r["name"]: r for r in report["results"]}
-    assert TARGETS | REFERENCES | REMOTE | DCP <= set(rows), sorted((TARGETS | REFERENCES | REMOTE | DCP) - set(rows))
+    expected = TARGETS | REFERENCES | REMOTE | DCP | BACKGROUND
+    assert expected <= set(rows), sorted(expected - set(rows))
 
     for name in TARGETS:
         r = rows[name]
@@ -63,6 +70,10 @@ def test_quick_benchmark_run(tmp_path):
         r = rows[name]
         assert r["target"] is None and r["group"] == "dcp" and _positive(r["anchor"]), r
     assert "| distributed checkpoint, dcp" in run.stdout
+    for name in BACKGROUND:
+        r = rows[name]
+        assert r["target"] is None and r["group"] == "background" and _positive(r["anchor"]), r
+    assert "| background saves" in run.stdout
 
     png = out / "benchmarks.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
