@@ -454,7 +454,7 @@ def remote(ctx: Context) -> list[Result]:
             m.close()
         except BufferError:
             pass  # a view is still alive somewhere; freed with it
-    for variant, path in paths.items():
+    for path in paths.values():
         if path not in ctx.files.ckpt.values():
             path.unlink()
     return rows
@@ -487,7 +487,8 @@ def dcp(ctx: Context) -> list[Result]:
     n = workloads.nbytes(tensors)
     root = ctx.files.scratch("dcp")
     dirs = {"lazystore": root / "lzy", "lazystore zstd": root / "zstd", "FileSystemWriter": root / "fs"}
-    writers = {"lazystore": lambda p: LazyStoreWriter(p), "lazystore zstd": lambda p: LazyStoreWriter(p, compression="zstd"),
+    writers = {"lazystore": lambda p: LazyStoreWriter(p),
+               "lazystore zstd": lambda p: LazyStoreWriter(p, compression="zstd"),
                "FileSystemWriter": lambda p: tdcp.FileSystemWriter(p)}
     readers = {"lazystore": LazyStoreReader, "lazystore zstd": LazyStoreReader,
                "FileSystemWriter": tdcp.FileSystemReader}
@@ -547,10 +548,12 @@ def dcp(ctx: Context) -> list[Result]:
     for label in ("lazystore", "lazystore zstd"):
         tag = "raw" if label == "lazystore" else "zstd"
         rows += [
-            Result(f"dcp_save_{tag}", f"dcp.save {size}, {tag}", t_save[label].median, t_save["FileSystemWriter"].median,
+            Result(f"dcp_save_{tag}", f"dcp.save {size}, {tag}", t_save[label].median,
+                   t_save["FileSystemWriter"].median,
                    "s", t_save[label].median / t_save["FileSystemWriter"].median, None, "time", nbytes=n,
                    samples={k: list(t_save[k].samples) for k in (label, "FileSystemWriter")}, **common),
-            Result(f"dcp_load_{tag}", f"dcp.load {size}, {tag}", t_load[label].median, t_load["FileSystemWriter"].median,
+            Result(f"dcp_load_{tag}", f"dcp.load {size}, {tag}", t_load[label].median,
+                   t_load["FileSystemWriter"].median,
                    "s", t_load[label].median / t_load["FileSystemWriter"].median, None, "time", nbytes=n,
                    samples={k: list(t_load[k].samples) for k in (label, "FileSystemWriter")}, **common),
             Result(f"dcp_size_{tag}", f"size on disk, {tag}", sizes[label] / MiB, sizes["FileSystemWriter"] / MiB,

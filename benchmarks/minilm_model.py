@@ -116,7 +116,7 @@ class Trainer:
         loss.backward()
         self.opt.step()
         self.steps += 1
-        return float(loss)
+        return float(loss.detach())
 
     def state(self) -> dict:
         """The training state a checkpoint holds: weights, AdamW's moments, the step."""

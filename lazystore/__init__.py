@@ -1,17 +1,19 @@
 """lazystore: ML checkpoints in one file, opened instantly and read lazily."""
 
-from lazystore.api import load, open, save
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES
-from lazystore.codecs import ZstdPlanes
 from lazystore._core.dtypes import DTYPES
+from lazystore._native.layout import FORMAT_MAJOR, FORMAT_MINOR
+from lazystore._native.writer import Writer
+from lazystore.api import load, open, save
+from lazystore.codecs import ZstdPlanes
 from lazystore.errors import (
     CheckpointNotFoundError,
     ChecksumError,
     ClosedError,
     FormatError,
     InvalidIndexError,
-    InvalidSelectionError,
     InvalidInputError,
+    InvalidSelectionError,
     LazyStoreError,
     MissingDependencyError,
     RemoteError,
@@ -20,12 +22,10 @@ from lazystore.errors import (
     UnsupportedVersionError,
     VerificationUnavailableError,
 )
-from lazystore._native.layout import FORMAT_MAJOR, FORMAT_MINOR
-from lazystore.views.base import TensorInfo
-from lazystore.training.manager import CheckpointManager
-from lazystore.views.checkpoint import CheckpointView, TensorSlice
-from lazystore._native.writer import Writer
 from lazystore.torch.handle import safe_open
+from lazystore.training.manager import CheckpointManager
+from lazystore.views.base import TensorInfo
+from lazystore.views.checkpoint import CheckpointView, TensorSlice
 
 __version__ = "0.1.0"
 FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"

@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import partial
 
+from lazystore._core import torch_arrays as torch_adapter
+from lazystore._native.writer import Writer
 from lazystore.interop.detect import open_file
 from lazystore.interop.sharded import open_folder
-from lazystore.training import background, tree
-from lazystore.sources import local_path
-from lazystore._core import torch_arrays as torch_adapter
-from lazystore.views.checkpoint import CheckpointView
 from lazystore.interop.sharded_writer import ShardedWriter
-from lazystore._native.writer import Writer
+from lazystore.sources import local_path
+from lazystore.training import background, tree
+from lazystore.views.checkpoint import CheckpointView
 
 
 def open(path, *, verify: bool = False, storage_options: Mapping | None = None,  # noqa: A001 - ls.open reads as the built-in open does, on purpose

@@ -53,7 +53,8 @@ def main(folder: Path) -> int:
 
         t0 = time.perf_counter()
         bad = ck.verify()
-        print(f"verify: {'intact' if not bad else f'CORRUPT: {bad}'} ({time.perf_counter() - t0:.2f} s, every chunk checksummed)")
+        outcome = "intact" if not bad else f"CORRUPT: {bad}"
+        print(f"verify: {outcome} ({time.perf_counter() - t0:.2f} s, every chunk checksummed)")
     return 0 if not bad else 1
 
 

@@ -66,8 +66,10 @@ class MissingDependencyError(LazyStoreError, ImportError):
 
 class RemoteError(LazyStoreError, OSError):
     """Remote storage failed to deliver bytes: a request that errored, broke
-    off, timed out or returned fewer bytes than asked, twice in a row (every
-    failed request is retried once). Its bytes are never used as data."""
+    off, timed out or returned fewer bytes than asked, on every attempt
+    (transient failures are retried, with backoff; see docs/remote.md), or
+    an object that changed since it was opened. Its bytes are never used as
+    data; the errno of the cause is kept."""
 
 
 class InvalidSelectionError(LazyStoreError, IndexError):

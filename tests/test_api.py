@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 import lazystore as ls
-from lazystore.testing.strategies import reaches_mmap, same_bits
-from lazystore.testing.strategies import DTYPE_LIST, random_array
+from lazystore.testing.strategies import DTYPE_LIST, random_array, reaches_mmap, same_bits
 
 COMPRESSIONS = [None, "zstd"]
 

@@ -105,7 +105,7 @@ class ChunkGrid(NamedTuple):
         ids = np.ravel_multi_index(np.ix_(*per_axis), grid)
         return np.asarray(ids, dtype=np.int64).ravel()
 
-    def slice_plan(self, selection: list[range]) -> "SlicePlan":
+    def slice_plan(self, selection: list[range]) -> SlicePlan:
         """How to read a selection chunk by chunk into a box that holds
         exactly the selected elements, every axis in ascending order (see
         :class:`SlicePlan`): memory is the selection's size, never the

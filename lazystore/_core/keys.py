@@ -39,7 +39,7 @@ class KeyTable(Mapping):
         self._searches = 0
 
     @classmethod
-    def of(cls, names: list[str]) -> "KeyTable":
+    def of(cls, names: list[str]) -> KeyTable:
         """The table of names another format's parser has read (checked at once)."""
         table = cls("", len(names))
         table._names = list(names)

@@ -26,13 +26,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from lazystore._native import layout as fmt
+from lazystore._core import strict_json
 from lazystore._core.chunking import ChunkGrid
 from lazystore._core.dtypes import BY_CODE
-from lazystore._core import strict_json
+from lazystore._core.keys import KeyTable
+from lazystore._native import layout as fmt
 from lazystore.codecs import CODECS_BY_ID
 from lazystore.errors import FormatError, UnsupportedVersionError
-from lazystore._core.keys import KeyTable
 
 MAX_NDIM = 64  # numpy's own limit
 # Rules E7/E8: dims, and sizes computed from them, stay below 2**62, so any
@@ -240,14 +240,14 @@ class Index:
     # -- parsing -------------------------------------------------------------
 
     @classmethod
-    def parse(cls, buf, data_end: int, minor: int | None = None) -> "Index":
+    def parse(cls, buf, data_end: int, minor: int | None = None) -> Index:
         raw = fmt.decode_index(buf)
         return cls(raw, _decode_keys(raw.keys, len(raw.entries)), _decode_metadata(raw.metadata), data_end,
                    minor=minor)
 
     @classmethod
     def foreign(cls, raw: fmt.RawIndex, names: list[str], metadata: dict, data_end: int, *, kind: str,
-                checksums_known: bool, unverifiable: str | None = None) -> "Index":
+                checksums_known: bool, unverifiable: str | None = None) -> Index:
         """The index of another format's file, built by its parser (see
         :mod:`lazystore.interop`) as lazystore's own arrays, and validated
         by the same rules but the layout one: each tensor's bytes need only

@@ -35,7 +35,8 @@ def read_index(source, tail: tuple[int, memoryview] | None = None) -> tuple[Inde
     size = source.size
     smallest = fmt.PREAMBLE.size + fmt.TRAILER.size
     if size < smallest:
-        raise FormatError(f"not a lazystore file: {size} bytes is shorter than the smallest possible file ({smallest} bytes)")
+        raise FormatError(f"not a lazystore file: {size} bytes is shorter than the smallest possible file "
+                          f"({smallest} bytes)")
     tail_start, tail = tail if tail is not None else read_tail(source)
     # A wrong magic is best reported from the start.
     head_version = fmt.decode_preamble(tail) if tail_start == 0 else None

@@ -19,15 +19,15 @@ from functools import partial
 
 import numpy as np
 
-from lazystore._native import layout as fmt
 from lazystore._core.batching import batch_by_bytes
 from lazystore._core.checksum import digest
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
-from lazystore.codecs import RAW, codec_for
 from lazystore._core.dtypes import DtypeSpec, spec_for
-from lazystore.errors import ClosedError, InvalidInputError
 from lazystore._core.parallel import run_all, start_all
 from lazystore._core.rechunk import rechunk
+from lazystore._native import layout as fmt
+from lazystore.codecs import RAW, codec_for
+from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.sinks import CloseOrAbort, open_sink
 
 _DEFAULT = object()

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 import numpy as np
 
 import lazystore as ls
+from lazystore._core.blocks import blocks
 from lazystore.cli.errors import about
 from lazystore.cli.inputs import open_input
 from lazystore.cli.progress import progress
-from lazystore._core.blocks import blocks
 from lazystore.cli.text import dtype_name, format_shape, plural, short_json
 
 # diff reads tensors in blocks of about this many bytes per file.

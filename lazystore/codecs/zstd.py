@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 import zstandard
 
-from lazystore.errors import FormatError
 from lazystore._core.short_reads import need
 from lazystore.codecs.base import Codec
+from lazystore.errors import FormatError
 
 _local = threading.local()
 

@@ -22,10 +22,10 @@ import zipfile
 
 import numpy as np
 
-from lazystore.interop import safetensors
-from lazystore.training import tree
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore.errors import FormatError
+from lazystore.interop import safetensors
+from lazystore.training import tree
 from lazystore.views.arrays import ArraysView
 from lazystore.views.base import TensorInfo
 

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-
 from lazystore import api
 from lazystore._core.blocks import blocks
+from lazystore._native.writer import Writer
 from lazystore.interop import archives
 from lazystore.interop.safetensors import SafetensorsWriter
-from lazystore._native.writer import Writer
 
 # Tensors larger than this are copied a block at a time.
 COPY_BLOCK_BYTES = 16 << 20

@@ -19,11 +19,11 @@ for conversion by :mod:`lazystore.interop.archives`.
 from __future__ import annotations
 
 from lazystore._native import layout as fmt
-from lazystore.errors import FormatError
 from lazystore._native.locate import read_index, read_tail
+from lazystore.errors import FormatError
+from lazystore.interop import safetensors
 from lazystore.sources import open_source
 from lazystore.views.checkpoint import CheckpointView
-from lazystore.interop import safetensors
 
 
 def sniff(source) -> tuple[str, object]:

@@ -37,14 +37,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from lazystore._native import layout as fmt
+from lazystore._core import strict_json
 from lazystore._core.checksum import hasher as new_hasher
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
-from lazystore._core.rechunk import as_bytes
 from lazystore._core.dtypes import BY_SAFETENSORS, from_safetensors_shape, spec_for, to_safetensors_shape
-from lazystore._core import strict_json
-from lazystore.errors import ClosedError, FormatError, InvalidInputError, UnsupportedDtypeError
+from lazystore._core.rechunk import as_bytes
+from lazystore._native import layout as fmt
 from lazystore._native.index import Index
+from lazystore.errors import ClosedError, FormatError, InvalidInputError, UnsupportedDtypeError
 from lazystore.sinks import CloseOrAbort, open_sink
 from lazystore.sources import local_path
 
@@ -122,7 +122,7 @@ def parse_header(text: bytes, data_len: int) -> Header:
         tensors.append((name, *_tensor_info(name, info)))
     tensors.sort(key=lambda t: (t[3], t[4]))  # stable: empty tensors keep header order
     end = 0
-    for name, dtype, shape, begin, stop in tensors:
+    for name, _dtype, _shape, begin, stop in tensors:
         if begin != end:
             what = "overlaps the previous tensor" if begin < end else f"leaves a gap of {begin - end} bytes"
             if not end and begin > 0:

@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lazystore._native import layout as fmt
 from lazystore._core import strict_json
+from lazystore._native import layout as fmt
 from lazystore.errors import FormatError
 from lazystore.interop.detect import open_file
 from lazystore.views.sharded import ShardedView
@@ -126,7 +126,7 @@ def _open_shards(folder: Path, index_path: Path, index: dict, ours: bool, verify
     views: list = []
     owner: dict[str, object] = {}
     try:
-        for i, f in enumerate(files):
+        for _i, f in enumerate(files):
             path = folder / f
             if not path.is_file():
                 raise FormatError(f"{index_path}: shard {f} is missing")

@@ -52,7 +52,7 @@ class SyscallFaults:
         self._lock = threading.Lock()
         self._real: dict[str, object] = {}
 
-    def __enter__(self) -> "SyscallFaults":
+    def __enter__(self) -> SyscallFaults:
         for name in CALLS:
             real = getattr(os, name)
             self._real[name] = real

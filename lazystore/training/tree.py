@@ -18,11 +18,10 @@ torch tensor has to be made.
 
 from __future__ import annotations
 
-import sys
-
 import math
 import re
 import struct
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 

@@ -24,12 +24,12 @@ from itertools import accumulate
 import numpy as np
 
 from lazystore._core.batching import batch_by_bytes
-from lazystore._core.chunking import SlicePlan
 from lazystore._core.checksum import all_zero, check
+from lazystore._core.chunking import SlicePlan
+from lazystore._core.parallel import run_all
+from lazystore._native.index import Entry, Index
 from lazystore.codecs import CODECS_BY_ID, RAW
 from lazystore.errors import ChecksumError, FormatError
-from lazystore._native.index import Entry, Index
-from lazystore._core.parallel import run_all
 from lazystore.sources import ByteSource
 
 # Consecutive raw chunks are read with one call of up to this many bytes, so

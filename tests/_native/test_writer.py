@@ -17,7 +17,6 @@ import lazystore as ls
 from tests.paths import REPO
 
 
-
 def same_bits(a, b) -> bool:
     a, b = np.asarray(a), np.asarray(b)
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()

@@ -16,4 +16,5 @@ def test_os_error_lines(tmp_path):
     except FileNotFoundError as exc:
         line = errors.os_error(exc, "http://host/x.lzy")
     assert line == "http://host/x.lzy: FileNotFoundError: [Errno 111] Connect call failed"
-    assert errors.os_error(OSError(22, "Invalid argument"), tmp_path) == f"{tmp_path}: is a folder, not a checkpoint file"
+    expected = f"{tmp_path}: is a folder, not a checkpoint file"
+    assert errors.os_error(OSError(22, "Invalid argument"), tmp_path) == expected

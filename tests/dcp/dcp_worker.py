@@ -7,10 +7,10 @@ each back on the same 2 ranks (and the raw one resharded to other placements),
 checks every value bit-exactly, and writes OUT_DIR/ok-RANK when all is well.
 """
 
-from pathlib import Path
 import os
 import sys
 import warnings
+from pathlib import Path
 
 import torch
 

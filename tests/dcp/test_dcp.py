@@ -25,8 +25,8 @@ dcp = pytest.importorskip("torch.distributed.checkpoint")
 from torch.distributed.checkpoint.api import CheckpointException
 
 import lazystore as ls
-from lazystore.dcp import metadata as dcp_metadata
 from lazystore.dcp import METADATA_FILE, LazyStoreReader, LazyStoreWriter, rank_file
+from lazystore.dcp import metadata as dcp_metadata
 
 WORKER = Path(__file__).with_name("dcp_worker.py")
 _spec = importlib.util.spec_from_file_location("dcp_worker", WORKER)

@@ -146,6 +146,7 @@ def test_duplicate_tensor_across_shards(tmp_path):
     folder.mkdir()
     stnp.save_file({"a": np.ones(2)}, str(folder / "x.safetensors"))
     stnp.save_file({"a": np.ones(2)}, str(folder / "y.safetensors"))
-    (folder / sharded.HF_INDEX_NAME).write_text(json.dumps({"weight_map": {"a": "x.safetensors", "b": "y.safetensors"}}))
+    weight_map = {"a": "x.safetensors", "b": "y.safetensors"}
+    (folder / sharded.HF_INDEX_NAME).write_text(json.dumps({"weight_map": weight_map}))
     with pytest.raises(ls.FormatError):
         ls.open(folder)

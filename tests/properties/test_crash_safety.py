@@ -82,7 +82,7 @@ def test_killed_ls_save_leaves_one_complete_version(tmp_path):
             target, metadata={"version": 0})
     last = 0
     mid_save = 0
-    for kill in range(KILLS):
+    for _kill in range(KILLS):
         _run_and_kill("save", target, last, rng)
         with ls.open(target) as ck:
             assert ck.verify() == []
@@ -106,7 +106,7 @@ def test_killed_manager_save_never_lists_a_broken_checkpoint(tmp_path):
     folder = tmp_path / "ckpts"
     last = 0
     mid_save = 0
-    for kill in range(KILLS):
+    for _kill in range(KILLS):
         _run_and_kill("manager", folder, last, rng)
         mgr = ls.CheckpointManager(folder, keep_last=2)
         steps = mgr.steps()
@@ -139,7 +139,7 @@ def test_killed_sharded_save_leaves_one_complete_save(tmp_path):
             folder, metadata={"version": 0}, max_shard_size=4 << 20)
     last = 0
     mid_save = 0
-    for kill in range(KILLS):
+    for _kill in range(KILLS):
         _run_and_kill("sharded", folder, last, rng)
         with ls.open(folder) as ck:  # never refused
             assert ck.verify() == []
@@ -163,7 +163,7 @@ def test_killed_manager_in_retention_keeps_a_restorable_step(tmp_path):
     rng = random.Random(7)
     folder = tmp_path / "ckpts"
     last = 0
-    for kill in range(KILLS):
+    for _kill in range(KILLS):
         _run_and_kill("retention", folder, last, rng)
         mgr = ls.CheckpointManager(folder, keep_last=1)
         steps = mgr.steps()

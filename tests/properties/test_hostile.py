@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tracemalloc
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -63,7 +62,7 @@ class Parts:
     trailer: dict = field(default_factory=dict)  # TRAILER fields to force
 
     @classmethod
-    def parse(cls, blob: bytes) -> "Parts":
+    def parse(cls, blob: bytes) -> Parts:
         values = TRAILER.unpack_from(blob, len(blob) - TRAILER.size)
         t = dict(zip(TRAILER_FIELDS, values))
         index = blob[t["index_offset"] : t["index_offset"] + t["index_length"]]
@@ -160,7 +159,7 @@ def base_tensors():
     ]
 
 
-A, M, I, Z = range(4)
+A, M, I, Z = range(4)  # noqa: E741 - the positions of tensors "a", "m", "i" and "z" above
 
 
 @pytest.fixture(scope="module")
@@ -238,13 +237,14 @@ def expect_index_rejected(tmp_path, blob: bytes) -> ls.FormatError:
         err, peak = attempt(lambda: holder.setdefault("names", list(ck)))
         if err is not None:
             check_error(err, peak, "list(ck)")
-            for what, fn in [("ck.load()", ck.load), ("ck.verify()", ck.verify), ("ls.load(path)", lambda: ls.load(path))]:
+            reads = [("ck.load()", ck.load), ("ck.verify()", ck.verify), ("ls.load(path)", lambda: ls.load(path))]
+            for what, fn in reads:
                 err2, peak = attempt(fn)
                 check_error(err2, peak, what)
             return err
         refused = []
         for name in holder["names"]:
-            err, peak = attempt(lambda: ck.info(name))
+            err, peak = attempt(lambda name=name: ck.info(name))
             if err is not None:
                 check_error(err, peak, f"ck.info({name!r})")
                 assert repr(name) in str(err), f"the error does not name the tensor: {err}"

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import xxhash
 import zstandard
+
 from tests.paths import DATA, FORMAT_SPEC
 
 # ----------------------------------------------------------------------------
@@ -270,7 +271,7 @@ class SpecFile:
             end = e["offset"] + e["stored"]
             require(not any(self.read(end, align_up(end, self.alignment) - end)), "V2")
 
-    def __enter__(self) -> "SpecFile":
+    def __enter__(self) -> SpecFile:
         return self
 
     def __exit__(self, *exc) -> None:

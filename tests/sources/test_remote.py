@@ -31,6 +31,7 @@ from lazystore.sources.fsspec import ATTEMPTS, MAX_GAP, MAX_REQUEST, FsspecSourc
 from lazystore.testing.strategies import reaches_mmap, same_tree
 from tests.sources.checkpoints import file_bytes, tensors
 
+
 @pytest.fixture(params=[None, "zstd"])
 def served(request, tmp_path, server):
     """A 16-tensor checkpoint on the HTTP server: (server, url, tensors)."""

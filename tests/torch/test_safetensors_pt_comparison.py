@@ -1,4 +1,4 @@
-# ruff: noqa: B017, BLE001, PERF102, PLR1733, SIM115, SIM118 - safetensors' code, kept as written
+# Lint: safetensors' code, kept as written (pyproject.toml's per-file-ignores).
 # safetensors' own PyTorch tests, run against lazystore.torch.
 #
 # Origin: https://github.com/huggingface/safetensors/blob/24b0b2857fef49be734b9ab72ce97c09bb25f5b9/
@@ -15,7 +15,7 @@
 #   (test_serialization, test_complex), and tests of what safetensors refuses
 #   and lazystore saves by design (non-contiguous and shared tensors:
 #   tests/torch/test_files.py checks those saves);
-# - a reason added to its two bare "# noqa" markers (this repository requires one);
+# - a reason added to its two bare noqa markers (this repository requires one);
 # - adapted: assertions of safetensors' error types and texts (meta and sparse
 #   tensors, bad arguments) check lazystore's error (a ValueError) naming the
 #   same problem, and test_in_memory's check of safetensors' bytes is dropped

@@ -1,4 +1,4 @@
-# ruff: noqa: I001 - safetensors' code, kept as written
+# Lint: safetensors' code, kept as written (pyproject.toml's per-file-ignores).
 # safetensors' own PyTorch model tests, run against lazystore.torch.
 #
 # Origin: https://github.com/huggingface/safetensors/blob/24b0b2857fef49be734b9ab72ce97c09bb25f5b9/

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import lazystore as ls
-from lazystore.training.manager import MANAGER_KEY, checkpoint_name
 from lazystore.testing.strategies import same_tree
+from lazystore.training.manager import MANAGER_KEY, checkpoint_name
 
 
 def state(step):

@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lazystore as ls
-from lazystore.training import tree
 from lazystore.testing.strategies import DTYPE_LIST, random_array, reaches_mmap, same_bits, same_tree
+from lazystore.training import tree
 from tests.paths import FORMAT_SPEC
 
 

@@ -12,12 +12,7 @@ import pytest
 
 import lazystore as ls
 from lazystore.interop import ShardedWriter
-from lazystore.testing.strategies import reaches_mmap, same_bits
-from lazystore.testing.strategies import random_array
-
-
-
-
+from lazystore.testing.strategies import random_array, reaches_mmap, same_bits
 
 
 # Insertion order deliberately not sorted.
@@ -315,7 +310,7 @@ def test_context_manager_closes_but_arrays_stay_valid(path, tensors):
     assert issubclass(ls.ClosedError, ls.LazyStoreError)
     ck.close()  # closing twice is fine
 
-    del ck
+    ck = None  # drops the last reference (the lambdas above ran while it was open)
     gc.collect()
     assert same_bits(raw, tensors["layer.1.weight"])
     assert same_bits(comp, tensors["compressed"])
