@@ -1,4 +1,4 @@
-"""python -m benchmarks [--quick] [--out DIR] [--workdir DIR]
+"""python -m benchmarks [--quick | --big] [--out DIR] [--workdir DIR]
 
 Measures lazystore side by side with safetensors, torch, numpy .npz, raw
 zstandard / xxhash and plain memory and file operations, in one run. Prints
@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import background, measures, report, workloads
+from . import background, big, measures, report, workloads
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -34,7 +34,12 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", type=Path, default=None,
                         help="where to make the temporary folder for the files measured (default: the "
                              "system temp folder); it is deleted afterwards; full mode needs ~7 GiB free")
+    parser.add_argument("--big", action="store_true",
+                        help="only the bigger-than-memory run (benchmarks/big.py): a checkpoint of 1.3 x RAM "
+                             "converted, verified and diffed; needs ~2.3 x RAM of free disk; not run in CI")
     args = parser.parse_args(argv)
+    if args.big:
+        return run_big(args)
 
     scale = workloads.QUICK if args.quick else workloads.FULL
     start = time.perf_counter()
@@ -64,6 +69,22 @@ def main(argv=None) -> int:
         "machine": report.machine(),
     }
     for path in report.write(results, info, args.out):
+        log(f"wrote {path}")
+    return 0
+
+
+def run_big(args) -> int:
+    start = time.perf_counter()
+    folder = Path(tempfile.mkdtemp(prefix="lazystore-big-", dir=args.workdir))
+    try:
+        results = big.run(folder, log)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    print(report.table(results))
+    info = {"mode": "big", "command": "python -m benchmarks --big", "seconds": time.perf_counter() - start,
+            "machine": report.machine()}
+    info["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    for path in big.write(results, info, args.out):
         log(f"wrote {path}")
     return 0
 

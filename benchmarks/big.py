@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import report
 from .measures import Result, Target, size_label
 
 BIG_FACTOR = 1.3
@@ -106,6 +107,28 @@ def run_cli(args: list[str]) -> tuple[float, int]:
     return elapsed, peak * 1024
 
 
+BEGIN_BIG = "<!-- BEGIN BIG RESULTS (written by python -m benchmarks --big) -->"
+END_BIG = "<!-- END BIG RESULTS -->"
+
+
+def write(results: list[Result], info: dict, out: Path) -> list[Path]:
+    """benchmarks_big.json in ``out``, and the big section of
+    ``out/benchmarks.md`` (the main results are left as they are)."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "benchmarks_big.json"]
+    written[0].write_text(json.dumps(report.as_json(results, info), indent=2) + "\n")
+    m = info["machine"]
+    section = "\n".join([
+        BEGIN_BIG, "",
+        f"Run {info['created']} ({info['seconds']:.0f} s): `{info['command']}`; {m['cores']} cores, "
+        f"{m['ram_gib']} GiB RAM; lazystore commit {m['git_commit'] or 'unknown'}.", "",
+        report.table(results).rstrip(), "", END_BIG,
+    ])
+    if report.update_doc(out / "benchmarks.md", section, BEGIN_BIG, END_BIG):
+        written.append(out / "benchmarks.md")
+    return written
+
+
 def run(folder: Path, log) -> list[Result]:
     ram = ram_bytes()
     src, dst = folder / "big.safetensors", folder / "big.lzy"
@@ -115,6 +138,8 @@ def run(folder: Path, log) -> list[Result]:
     results = []
     anchor = read_once(src)
     log(f"      read once: {anchor:.0f} s")
+    results.append(Result("big_read", f"reading the {size_label(size)} source once (the anchor)", anchor, None,
+                          "s", None, None, "time", nbytes=size, group="big"))
     for key, label, args, nbytes in (
         ("convert", "lazystore convert to zstd", ["convert", str(src), str(dst), "--compression", "zstd"], size),
         ("verify", "lazystore verify", ["verify", str(dst)], None),

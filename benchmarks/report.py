@@ -218,15 +218,16 @@ def markdown_section(results: list[Result], info: dict) -> str:
     ])
 
 
-def update_doc(doc: Path, section: str) -> bool:
-    """Replace the results section of an existing docs page; False if there is none."""
+def update_doc(doc: Path, section: str, begin: str = BEGIN, end: str = END) -> bool:
+    """Replace the section between ``begin`` and ``end`` (the markers included)
+    of an existing docs page; False if it has none."""
     if not doc.exists():
         return False
     text = doc.read_text()
-    if BEGIN not in text or END not in text:
+    if begin not in text or end not in text:
         return False
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
+    head, rest = text.split(begin, 1)
+    tail = rest.split(end, 1)[1]
     doc.write_text(head + section + tail)
     return True
 
