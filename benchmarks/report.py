@@ -236,7 +236,8 @@ def write(results: list[Result], info: dict, out: Path) -> list[Path]:
     """benchmarks.json and benchmarks.png in ``out``, and the results section of
     ``out/benchmarks.md`` when that page exists."""
     out.mkdir(parents=True, exist_ok=True)
-    info = {**info, "created": info.get("created") or datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+    created = info.get("created") or datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    info = {**info, "created": created}
     written = [out / "benchmarks.json", out / "benchmarks.png"]
     written[0].write_text(json.dumps(as_json(results, info), indent=2) + "\n")
     chart(results, written[1])

