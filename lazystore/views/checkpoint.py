@@ -24,7 +24,7 @@ from lazystore._native.index import Entry, Index
 from lazystore._native.locate import read_index
 from lazystore.codecs import CODECS_BY_ID, RAW
 from lazystore.errors import VerificationUnavailableError
-from lazystore.sources import ByteSource, open_source
+from lazystore.sources import ByteSource
 from lazystore.views.base import TensorInfo, TensorSlice, ViewBase
 from lazystore.views.chunk_reader import ChunkReader
 
@@ -87,14 +87,6 @@ class CheckpointView(ViewBase):
 
     def _release(self) -> None:
         self._file.source.close()
-
-    @classmethod
-    def open(cls, path, *, verify: bool = False, storage_options=None) -> CheckpointView:
-        """Open a lazystore file at a local path or ``file://`` URL
-        (memory-mapped), or any other fsspec URL (read with range requests;
-        ``storage_options`` configure its filesystem). :func:`lazystore.open`
-        also reads other formats."""
-        return cls(open_source(path, storage_options), verify=verify)
 
     @property
     def name(self) -> str:
