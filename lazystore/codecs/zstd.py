@@ -21,6 +21,7 @@ import zstandard
 
 from lazystore._core.short_reads import need
 from lazystore.codecs.base import Codec
+from lazystore.codecs.unshuffle import unshuffle_into
 from lazystore.errors import FormatError
 
 _local = threading.local()
@@ -93,16 +94,22 @@ class ZstdPlanes(Codec):
         if 4 * planes + sum(lengths) != len(stored):
             raise FormatError("corrupt chunk: plane lengths do not add up to the chunk")
         plane_len = len(out) // planes
-        grouped = out.reshape(-1, planes) if planes > 1 else out.reshape(-1, 1)
-        pos = 4 * planes
-        for j, length in enumerate(lengths):
-            grouped[:, j] = _decode_plane(stored[pos : pos + length], plane_len)
+        if plane_len * planes != len(out):
+            raise FormatError(f"corrupt chunk: {len(out)} bytes do not split into {planes} planes")
+        decoded, pos = [], 4 * planes
+        for length in lengths:
+            decoded.append(_decode_plane(stored[pos : pos + length], plane_len))
             pos += length
+        if planes == 1:
+            out[:] = np.frombuffer(decoded[0], dtype=np.uint8)
+        else:
+            unshuffle_into(decoded, out)
 
 
-def _decode_plane(blob: memoryview, plane_len: int) -> np.ndarray:
+def _decode_plane(blob: memoryview, plane_len: int):
+    """Plane bytes: the stored ones (raw) or zstd's (checked), not copied."""
     if len(blob) == plane_len:
-        return np.frombuffer(blob, dtype=np.uint8)
+        return blob
     if len(blob) > plane_len:
         raise FormatError("corrupt chunk: plane is longer than its decoded size")
     try:
@@ -116,4 +123,4 @@ def _decode_plane(blob: memoryview, plane_len: int) -> np.ndarray:
         raise FormatError(f"corrupt chunk: {exc}") from None
     if len(data) != plane_len:
         raise FormatError(f"corrupt chunk: plane decoded to {len(data)} bytes, expected {plane_len}")
-    return np.frombuffer(data, dtype=np.uint8)
+    return data
