@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -229,26 +230,39 @@ def training(ctx: Context) -> list[Result]:
     cases["a writer thread, non-stop"] = clocked("a writer thread, non-stop", loop, writing("thread"))
     cases["a writer process, non-stop"] = clocked("a writer process, non-stop", loop, writing("process"))
     torch.manual_seed(0)
-    compare(cases, reps=ctx.scale.reps, setup=settle)
+    # Step times swing with whatever else runs on the machine: more rounds than
+    # the other measures, and ratios taken within each round (see _paired).
+    compare(cases, reps=ctx.scale.reps if quick else 2 * ctx.scale.reps, setup=settle)
     settle()
     t = {label: Timing(tuple(samples[1:])) for label, samples in inner.items()}  # [0]: the warm-up round
     for mgr in managers.values():
         mgr.close()
     what = (f"{steps} AdamW steps of all-MiniLM-L6-v2 ({n / MiB:.0f} MiB of state), "
             f"a checkpoint every {every} steps")
-    common = {"group": "background"}
+    non_stop = f"{steps} steps while {{}} writes {mib} MiB checkpoints non-stop (one core, nice +10)"
     return [
-        timed("bg_train_overhead", f"{what}, saved in the background, over no saves", t,
-              "background saves", "no saves", **common),
-        timed("bg_train_overhead_zstd", f"{what}, saved in the background with zstd, over no saves", t,
-              "background saves, zstd", "no saves", **common),
-        timed("bg_train_overhead_blocking", f"{what}, blocking saves, over no saves", t,
-              "blocking saves", "no saves", **common),
-        timed("bg_train_thread_writer", f"{steps} steps while a thread writes checkpoints non-stop, over none", t,
-              "a writer thread, non-stop", "no saves", **common),
-        timed("bg_train_process_writer", f"{steps} steps while another process writes checkpoints non-stop, over none",
-              t, "a writer process, non-stop", "no saves", **common),
+        _paired("bg_train_overhead", f"{what}, saved in the background, over no saves", t,
+                "background saves", "no saves"),
+        _paired("bg_train_overhead_zstd", f"{what}, saved in the background with zstd, over no saves", t,
+                "background saves, zstd", "no saves"),
+        _paired("bg_train_overhead_blocking", f"{what}, blocking saves, over no saves", t,
+                "blocking saves", "no saves"),
+        _paired("bg_train_thread_writer", non_stop.format("a thread") + ", over no writer", t,
+                "a writer thread, non-stop", "no saves"),
+        _paired("bg_train_process_writer", non_stop.format("another process") + ", over no writer", t,
+                "a writer process, non-stop", "no saves"),
+        _paired("bg_train_thread_vs_process", non_stop.format("a thread") + ", over a process doing the same", t,
+                "a writer thread, non-stop", "a writer process, non-stop"),
     ]
+
+
+def _paired(name, title, t: dict[str, Timing], subject, anchor) -> Result:
+    """A row whose ratio is the median of the per-round ratios: each round ran
+    every case back to back, so a slow spell of the machine cancels out."""
+    row = timed(name, title, t, subject, anchor, group="background",
+                note="ratio: median of the ratios within each round (cases interleaved)")
+    row.ratio = statistics.median(a / b for a, b in zip(t[subject].samples, t[anchor].samples))
+    return row
 
 
 def _tensors(state: dict):

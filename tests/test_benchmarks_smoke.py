@@ -6,9 +6,8 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
-from tests.paths import REPO
 
+from tests.paths import REPO
 
 # The issue's targets, by their ids in benchmarks.json.
 TARGETS = {
@@ -29,6 +28,7 @@ DCP = {f"dcp_{what}_{v}" for v in ("raw", "zstd") for what in ("save", "load", "
 BACKGROUND = {
     "bg_pause_vs_memcpy", "bg_durable", "bg_dcp_async_pause", "bg_dcp_async_durable", "bg_train_overhead",
     "bg_train_overhead_zstd", "bg_train_overhead_blocking", "bg_train_thread_writer", "bg_train_process_writer",
+    "bg_train_thread_vs_process",
     "bg_peak_rss",
 }
 

@@ -195,7 +195,7 @@ class SaveFuture(Future):
             if self.done() and not self._reported and not self.cancelled() and super().exception(0) is not None:
                 log.error("a background save failed and nobody asked for its result",
                           exc_info=super().exception(0))
-        except Exception:  # noqa: BLE001, S110 - never raise from __del__: at interpreter exit even modules are gone
+        except Exception:  # noqa: BLE001 - never raise from __del__: at interpreter exit even modules are gone
             pass
 
 
@@ -268,8 +268,13 @@ class BackgroundSaver:
             # Named lazystore-*: parallel.start_all then does chunk work inline, on this one thread.
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="lazystore-save", initializer=_lower_priority)
         future = SaveFuture()
-        self._executor.submit(_run, future, finish, writer, prepared)
-        self._pending = future
+        self._pending = future  # busy from now on: before the worker can rename anything
+        try:
+            self._executor.submit(_run, future, finish, writer, prepared)
+        except BaseException:  # e.g. at interpreter shutdown: nothing will ever run it
+            self._pending = None
+            writer.abort()
+            raise
         return future
 
 

@@ -158,7 +158,7 @@ class CheckpointManager:
     def steps(self) -> list[int]:
         """The retained steps, sorted (read from the folder on each call).
         The step this manager is saving is left out until it is durable."""
-        writing = self._writing
+        writing = self._in_flight()
         steps = []
         for name in os.listdir(self.directory):
             m = _FILE.fullmatch(name)
@@ -201,6 +201,13 @@ class CheckpointManager:
 
     # -- internals -----------------------------------------------------------------
 
+    def _in_flight(self) -> int | None:
+        """The step a background save is writing (None when none is in flight:
+        a blocking save's caller is waiting for it anyway, and a save whose
+        snapshot failed never started)."""
+        writing = self._writing
+        return writing if self._saver.busy else None
+
     def _resolve(self, step) -> int:
         if step is None:
             latest = self.latest()
@@ -211,7 +218,7 @@ class CheckpointManager:
 
     def _existing(self, step) -> int:
         step = _step(step)
-        if step == self._writing or not self.path(step).is_file():
+        if step == self._in_flight() or not self.path(step).is_file():
             raise CheckpointNotFoundError(
                 f"no checkpoint for step {step} in {os.fspath(self.directory)}; retained steps: {self.steps()}")
         return step

@@ -25,6 +25,7 @@ import lazystore as ls
 from lazystore import api
 from lazystore.testing.faults import SyscallFaults
 from lazystore.testing.strategies import same_tree
+from lazystore.training import background
 from lazystore.training.background import SaveFuture
 
 
@@ -172,6 +173,23 @@ def test_bad_options_raise_at_call_time(tmp_path):
     with pytest.raises(ls.InvalidInputError, match="step"):
         ls.CheckpointManager(tmp_path / "m").save(-1, s, blocking=False)
     assert sorted(os.listdir(tmp_path)) == ["m"] and os.listdir(tmp_path / "m") == []
+
+
+def test_a_snapshot_that_fails_leaves_nothing_behind(tmp_path, monkeypatch):
+    mgr = ls.CheckpointManager(tmp_path)
+    mgr.save(1, state(1))
+
+    def out_of_memory(*args):
+        raise MemoryError("no room for the snapshot")
+
+    monkeypatch.setattr(background, "snapshot", out_of_memory)
+    with pytest.raises(MemoryError):
+        mgr.save(1, state(5), blocking=False)
+    assert mgr.steps() == [1] and os.listdir(tmp_path) == [mgr.path(1).name]  # the partial file went
+    same_tree(state(1), mgr.restore(1))  # the old step 1 is still listed and whole
+    monkeypatch.undo()
+    mgr.save(2, state(2), blocking=False).result(timeout=60)
+    assert mgr.steps() == [1, 2]
 
 
 # -- one save in flight, in order -----------------------------------------------------------
