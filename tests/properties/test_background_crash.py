@@ -13,15 +13,12 @@ nothing partial may be listed.
 from __future__ import annotations
 
 import random
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 
 import numpy as np
 
 import lazystore as ls
+from tests.properties.killing import one_version, run_and_kill
 from tests.properties.test_crash_safety import KILLS
 
 SAVER = textwrap.dedent(
@@ -54,34 +51,16 @@ SAVER = textwrap.dedent(
 )
 
 
-def _run_and_kill(kind: str, target, start: int, rng: random.Random) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", SAVER, kind, str(target), str(start)],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.0, 1.0))
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-
-
-def _one_version(ck) -> int:
-    """The version every tensor of the checkpoint holds (all the same)."""
-    values = set()
-    for name in ck:
-        arr = ck[name]
-        assert (arr == arr.flat[0]).all(), f"{name} mixes versions"
-        values.add(float(arr.flat[0]))
-    assert len(values) == 1, f"tensors from several versions: {values}"
-    return int(values.pop())
-
-
 def _check(path) -> int:
     with ls.open(path) as ck:
         assert ck.verify() == []
-        version = _one_version(ck)
+        version = one_version(ck)
     assert ls.load(path)["version"] == version  # the scalar was captured with the tensors
     return version
+
+
+def _save_then_kill(kind: str, target, start: int, rng: random.Random) -> None:
+    run_and_kill(SAVER, [kind, str(target), str(start)], rng, longest=1.0)
 
 
 def test_killed_background_manager_saves_leave_the_last_checkpoint_restorable(tmp_path):
@@ -90,7 +69,7 @@ def test_killed_background_manager_saves_leave_the_last_checkpoint_restorable(tm
     last = 0
     mid_save = 0
     for _ in range(KILLS):
-        _run_and_kill("manager", folder, last + 1, rng)
+        _save_then_kill("manager", folder, last + 1, rng)
         mgr = ls.CheckpointManager(folder, keep_last=2)
         steps = mgr.steps()
         assert len(steps) <= 3, steps  # keep_last=2, plus one saved just before a kill in retention
@@ -117,7 +96,7 @@ def test_killed_background_ls_saves_leave_one_complete_version(tmp_path):
     last = 0
     mid_save = 0
     for _ in range(KILLS):
-        _run_and_kill("save", target, last + 1, rng)
+        _save_then_kill("save", target, last + 1, rng)
         version = _check(target)
         assert version >= last
         last = version

@@ -13,16 +13,15 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
 
 import lazystore as ls
+from tests.properties.killing import one_version, run_and_kill
 
 KILLS = int(os.environ.get("LAZYSTORE_KILLS", "12"))  # per writer kind; more in a long run
 
@@ -55,24 +54,8 @@ SAVER = textwrap.dedent(
 )
 
 
-def _run_and_kill(kind: str, target, start: int, rng: random.Random) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", SAVER, kind, str(target), str(start)],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.0, 0.6))
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-
-
-def _one_version(ck) -> int:
-    versions = {float(ck[name].flat[0]) for name in ck}
-    for name in ck:
-        arr = ck[name]
-        assert (arr == arr.flat[0]).all(), f"{name} mixes versions"
-    assert len(versions) == 1, f"tensors from several versions: {versions}"
-    return int(versions.pop())
+def _save_then_kill(kind: str, target, start: int, rng: random.Random) -> None:
+    run_and_kill(SAVER, [kind, str(target), str(start)], rng, longest=0.6)
 
 
 def test_killed_ls_save_leaves_one_complete_version(tmp_path):
@@ -82,11 +65,11 @@ def test_killed_ls_save_leaves_one_complete_version(tmp_path):
             target, metadata={"version": 0})
     last = 0
     mid_save = 0
-    for _kill in range(KILLS):
-        _run_and_kill("save", target, last, rng)
+    for _ in range(KILLS):
+        _save_then_kill("save", target, last, rng)
         with ls.open(target) as ck:
             assert ck.verify() == []
-            version = _one_version(ck)
+            version = one_version(ck)
             assert ck.metadata == {"version": version}
             assert version >= last  # never goes back to an older version
             last = version
@@ -106,15 +89,15 @@ def test_killed_manager_save_never_lists_a_broken_checkpoint(tmp_path):
     folder = tmp_path / "ckpts"
     last = 0
     mid_save = 0
-    for _kill in range(KILLS):
-        _run_and_kill("manager", folder, last, rng)
+    for _ in range(KILLS):
+        _save_then_kill("manager", folder, last, rng)
         mgr = ls.CheckpointManager(folder, keep_last=2)
         steps = mgr.steps()
         assert len(steps) <= 3  # keep_last=2, plus one saved just before a kill in retention
         for step in steps:
             with mgr.open(step) as ck:
                 assert ck.verify() == []
-                assert _one_version(ck) == step
+                assert one_version(ck) == step
             assert mgr.metrics(step) == {"version": step}
         if steps:
             assert steps[-1] >= last
@@ -139,11 +122,11 @@ def test_killed_sharded_save_leaves_one_complete_save(tmp_path):
             folder, metadata={"version": 0}, max_shard_size=4 << 20)
     last = 0
     mid_save = 0
-    for _kill in range(KILLS):
-        _run_and_kill("sharded", folder, last, rng)
+    for _ in range(KILLS):
+        _save_then_kill("sharded", folder, last, rng)
         with ls.open(folder) as ck:  # never refused
             assert ck.verify() == []
-            version = _one_version(ck)
+            version = one_version(ck)
             assert ck.metadata == {"version": version} and version >= last
             last = version
         # What a killed save leaves is hidden (staging) or not named by the index.
@@ -163,8 +146,8 @@ def test_killed_manager_in_retention_keeps_a_restorable_step(tmp_path):
     rng = random.Random(7)
     folder = tmp_path / "ckpts"
     last = 0
-    for _kill in range(KILLS):
-        _run_and_kill("retention", folder, last, rng)
+    for _ in range(KILLS):
+        _save_then_kill("retention", folder, last, rng)
         mgr = ls.CheckpointManager(folder, keep_last=1)
         steps = mgr.steps()
         # The new step, and the old one if killed in retention (none only
