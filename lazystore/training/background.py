@@ -9,14 +9,15 @@ thread, and a :class:`SaveFuture` reports how it ended.
 
 Why a thread and not a writer process: zstd, xxhash and ``os.write`` release
 the GIL, so a worker thread slows the training thread no more than a writer
-process does (on two cores, both cost the same CPU and memory bandwidth;
-benchmarks/background.py measures it, figures in docs/training.md), while a
-process would need the snapshot copied again into shared memory and a
-second interpreter. The worker runs at a lower CPU priority and does its
-chunk work itself instead of fanning it out to the shared pool (its name
-starts with "lazystore", which :func:`lazystore._core.parallel.start_all`
-runs inline), so a save in the background takes one core, and only the
-time the training threads leave idle.
+process doing the same work (on two cores both cost the same CPU time and
+memory bandwidth; benchmarks/background.py measures it, figures in
+docs/training.md), while a process would need the snapshot copied once more
+into shared memory, and its failures carried back across a pipe. The worker
+runs at a lower CPU priority and does its chunk work itself instead of
+fanning it out to the shared pool (its name starts with "lazystore", which
+:func:`lazystore._core.parallel.start_all` runs inline), so a save in the
+background takes at most one core, and yields it to the training threads
+when they want it.
 
 One save is in flight at a time: the next call waits for it first. So the
 buffers of one snapshot are all a saver ever holds (one state's worth), and
