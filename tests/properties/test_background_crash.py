@@ -19,7 +19,7 @@ import numpy as np
 
 import lazystore as ls
 from tests.properties.killing import one_version, run_and_kill
-from tests.properties.test_crash_safety import KILLS
+from tests.properties.test_crash_safety import KILLS as SAVE_KILLS
 
 SAVER = textwrap.dedent(
     """
@@ -57,6 +57,11 @@ def _check(path) -> int:
         version = one_version(ck)
     assert ls.load(path)["version"] == version  # the scalar was captured with the tensors
     return version
+
+
+# Each kill here starts a child that imports torch (seconds): half the kills
+# of the plain crash tests keep CI short; LAZYSTORE_KILLS scales both.
+KILLS = max(4, SAVE_KILLS // 2)
 
 
 def _save_then_kill(kind: str, target, start: int, rng: random.Random) -> None:
