@@ -80,15 +80,6 @@ class ChunkGrid(NamedTuple):
         per_prefix = [self.extent * row] * (blocks - 1) + [(axis_len - (blocks - 1) * self.extent) * row]
         return per_prefix * math.prod(self.shape[: self.axis])
 
-    def raw_spans(self) -> list[tuple[int, int]]:
-        """(offset, length) of each chunk within the decoded C-order tensor;
-        chunks tile the tensor in order."""
-        spans, offset = [], 0
-        for length in self.raw_nbytes():
-            spans.append((offset, length))
-            offset += length
-        return spans
-
     def chunks_for(self, selection: list[range]) -> np.ndarray:
         """Sorted ids of the chunks holding any element of a selection.
 

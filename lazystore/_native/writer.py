@@ -142,7 +142,7 @@ class Writer(CloseOrAbort):
         codec = self._codec if compression is _DEFAULT else codec_for(compression, self._level)
         itemsize = spec.dtype.itemsize
         grid = ChunkGrid(shape, itemsize, *choose_grid(shape, itemsize, self._chunk_bytes))
-        sizes = [n for _, n in grid.raw_spans()]
+        sizes = grid.raw_nbytes()
         nbytes = sum(sizes)
         if not nbytes:
             codec = RAW  # nothing to compress: an empty tensor is raw

@@ -119,7 +119,7 @@ class CheckpointView(ViewBase):
         raw_view = self._mapped_raw(entry)
         if raw_view is not None:
             return raw_view
-        return self._decode(entry, None)
+        return self._decode(entry)
 
     def info(self, name: str) -> TensorInfo:
         """dtype, shape, sizes and codec of a tensor, without reading its data."""
@@ -217,17 +217,18 @@ class CheckpointView(ViewBase):
 
     def _read_part(self, entry: Entry, index, picks: list[range]):
         """``get_slice(...)[index]``: only the chunks holding ``picks``."""
-        if self._file.source.mapped() is not None and entry.codec == RAW.id:
-            return self._mapped_raw(entry, entry.grid.chunks_for(picks))[index]
+        raw_view = self._mapped_raw(entry, picks)
+        if raw_view is not None:
+            return raw_view[index]
         # Decoded chunk by chunk into a box the size of the selection, so a
         # slice of a tensor larger than memory is as cheap as the slice.
         box = self._file.reader.read_box(entry, entry.grid.slice_plan(picks), self._file.verify)
         return box[rebase(index)]
 
-    def _mapped_raw(self, entry: Entry, chunk_ids=None) -> np.ndarray | None:
+    def _mapped_raw(self, entry: Entry, picks: list[range] | None = None) -> np.ndarray | None:
         """The zero-copy view of a raw tensor in a mapped file, or None when
         the tensor is compressed or the source is not mapped. When this view
-        verifies on access, the chunks about to be used (all when None) are
+        verifies on access, the chunks holding ``picks`` (all when None) are
         checked first, each once."""
         file = self._file
         mapped = file.source.mapped()
@@ -235,7 +236,7 @@ class CheckpointView(ViewBase):
             return None
         if file.verify:
             first = entry.first_chunk
-            ids = range(entry.chunk_count) if chunk_ids is None else chunk_ids
+            ids = range(entry.chunk_count) if picks is None else entry.grid.chunks_for(picks)
             todo = [int(c) for c in ids if first + int(c) not in file.verified]
             file.reader.check_stored(entry, todo)
             with file.lock:
@@ -243,15 +244,10 @@ class CheckpointView(ViewBase):
         # One numpy call builds the read-only view straight from the map.
         return np.ndarray(entry.shape, entry.dtype, buffer=mapped, offset=entry.data_offset)
 
-    def _decode(self, entry: Entry, chunk_ids) -> np.ndarray:
-        """Decode chunks (all when None) into a tensor-sized buffer.
-
-        The buffer is allocated but only the decoded chunks are written, so
-        untouched pages of a large tensor never become resident."""
-        if chunk_ids is None:
-            chunk_ids = range(entry.chunk_count)
+    def _decode(self, entry: Entry) -> np.ndarray:
+        """The whole tensor, decoded (and checked) into a new array."""
         buf = np.empty(entry.nbytes, dtype=np.uint8)
-        self._file.reader.fill(entry, chunk_ids, buf, self._file.verify)
+        self._file.reader.fill(entry, range(entry.chunk_count), buf, self._file.verify)
         return _as_tensor(buf, entry)
 
 
