@@ -27,7 +27,7 @@ class KeyTable(Mapping):
 
     def __init__(self, text: str, count: int):
         """``text`` holds ``count`` keys, each followed by NUL; rules K1 and
-        K2 are the caller's (see :func:`lazystore.index.decode_keys`)."""
+        K2 are the caller's (see :func:`lazystore._native.index._decode_keys`)."""
         # A leading NUL puts every key between two NULs, so "\0name\0"
         # matches whole keys only.
         self._text = "\0" + text

@@ -1,7 +1,7 @@
 """Converters between lazystore and other formats.
 
-Every converter streams one tensor at a time, so memory stays bounded by the
-largest tensor:
+Every converter streams one tensor at a time, and a large tensor a block of
+rows at a time (:func:`copy`), so memory stays bounded whatever the sizes:
 
 - :func:`to_safetensors`: any checkpoint lazystore opens -> a safetensors
   file (uncompressed; lazystore's checksums and metadata kept in

@@ -2,7 +2,7 @@
 
 Data flows the same way whatever the format: a source gives bytes, the
 format's parser turns its header into a validated
-:class:`~lazystore.index.Index`, and :class:`~lazystore.view.CheckpointView`
+:class:`~lazystore._native.index.Index`, and :class:`~lazystore.views.checkpoint.CheckpointView`
 reads, checks and decodes chunks from that index alone. A format module
 only parses and writes headers:
 

@@ -10,7 +10,7 @@ The header maps each tensor name to ``{"dtype", "shape", "data_offsets":
 
 Reading: :func:`read_index` validates the header as the safetensors library
 does, and more (see :func:`parse_header`), then describes the file with the
-same validated :class:`~lazystore.index.Index` a lazystore file has: raw
+same validated :class:`~lazystore._native.index.Index` a lazystore file has: raw
 tensors, so a local file gives zero-copy views of its mapping. safetensors
 records no checksums. A file written by :class:`SafetensorsWriter` carries
 lazystore's in ``__metadata__["lazystore.checksums"]`` (xxh3-64 of each
