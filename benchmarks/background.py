@@ -47,6 +47,20 @@ def _tensor_bytes(state: dict) -> int:
 
 
 def pause(ctx: Context) -> list[Result]:
+    """The state in host memory."""
+    return _pause(ctx, "cpu")
+
+
+def gpu_pause(ctx: Context) -> list[Result]:
+    """The state on a CUDA GPU: the snapshot is a copy into pinned host
+    buffers. No rows without a GPU."""
+    import torch
+
+    return _pause(ctx, "cuda:0") if torch.cuda.is_available() else []
+
+
+def _pause(ctx: Context, device: str) -> list[Result]:
+    import torch
     import torch.distributed.checkpoint as tdcp
 
     import lazystore as ls
@@ -54,11 +68,15 @@ def pause(ctx: Context) -> list[Result]:
     warnings.filterwarnings("ignore", module="torch.distributed")
     layers = PAUSE_LAYERS if ctx.scale.mode == "full" else ctx.scale.layers
     state = _torch_state(layers)
+    state["model"] = {k: t.to(device) for k, t in state["model"].items()}
+    on_gpu = device != "cpu"
     n = _tensor_bytes(state)
     root = ctx.files.scratch("background")
-    mgr = ls.CheckpointManager(root / "mgr", keep_last=1)
-    buffers = {k: np.empty_like(t.numpy()) for k, t in state["model"].items()}
-    dcp_dir = root / "dcp"
+    mgr = ls.CheckpointManager(root / f"mgr-{device}", keep_last=1)
+    # the plain copy: into pinned buffers from a GPU (as the snapshot does), numpy buffers from the CPU
+    buffers = {k: torch.empty(t.shape, dtype=t.dtype, pin_memory=True) if on_gpu else np.empty_like(t.numpy())
+               for k, t in state["model"].items()}
+    dcp_dir = root / f"dcp-{device}"
     pending = []
 
     def settle() -> None:
@@ -83,7 +101,12 @@ def pause(ctx: Context) -> list[Result]:
 
     def memcpy() -> None:
         for k, t in state["model"].items():
-            np.copyto(buffers[k], t.numpy())
+            if on_gpu:
+                buffers[k].copy_(t, non_blocking=True)
+            else:
+                np.copyto(buffers[k], t.numpy())
+        if on_gpu:
+            torch.cuda.synchronize()
 
     def dcp_async() -> object:
         future = tdcp.async_save(state["model"], storage_writer=tdcp.FileSystemWriter(dcp_dir), no_dist=True)
@@ -100,9 +123,9 @@ def pause(ctx: Context) -> list[Result]:
                 reps=ctx.scale.reps, setup=settle)
     settle()
     mgr.close()
-    size = size_label(n)
+    size = size_label(n) + (f" on {torch.cuda.get_device_name()}" if on_gpu else "")
     common = {"nbytes": n, "group": "background"}
-    return [
+    rows = [
         timed("bg_pause", f"training pause of a background save of {size} (CheckpointManager, blocking=False)", t,
               "background save", "blocking save", target=Target("<=", 0.3, "ratio"), nbytes=n,
               note="the pause: the state checked, the target opened, every tensor copied into the manager's "
@@ -116,6 +139,10 @@ def pause(ctx: Context) -> list[Result]:
         timed("bg_dcp_async_durable", f"dcp.async_save call to durable, {size}, FileSystemWriter, over ours", t,
               "dcp.async_save FileSystemWriter, until durable", "background save, until durable", **common),
     ]
+    if on_gpu:
+        for row in rows:
+            row.name += "_gpu"
+    return rows
 
 
 # -- a real training loop ---------------------------------------------------------------
@@ -308,4 +335,4 @@ def memory(ctx: Context) -> list[Result]:
     ]
 
 
-MEASURES = (pause, training, memory)
+MEASURES = (pause, gpu_pause, training, memory)

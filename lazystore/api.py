@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import partial
 
+from lazystore._core import staging
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore._native.writer import Writer
 from lazystore.interop.detect import open_file
@@ -164,10 +165,12 @@ def load(path, keys=None, *, map_location=None, verify: bool = False, storage_op
     else:
         torch_adapter.check_nothing_to_place(map_location)
 
-    def make_torch(arr, node):
-        return torch_adapter.from_numpy(arr, node, dev)
+    with staging.Placement(dev) as place:
 
-    return tree.build(root, arrays, make_torch, selected)
+        def make_torch(arr, node):
+            return torch_adapter.with_attributes(place.tensor(arr), node)
+
+        return tree.build(root, arrays, make_torch, selected)
 
 
 __all__ = ["open", "load", "save"]

@@ -151,17 +151,20 @@ def check_nothing_to_place(map_location) -> None:
         "tensors on a device use lazystore.torch.load_file(path, device=...)")
 
 
-def from_numpy(arr: np.ndarray, node: dict, dev=None):
-    """The torch tensor for a loaded array, sharing its memory on the CPU,
-    moved to ``dev`` and given back the attributes :func:`describe` recorded."""
+def cpu_tensor(arr: np.ndarray):
+    """The CPU torch tensor sharing ``arr``'s memory (dtypes numpy lacks
+    natively are reinterpreted through a same-sized integer view)."""
     torch = require()
     spec = lookup(arr.dtype)
     if spec.torch_via is None:
-        t = torch.from_numpy(arr)
-    else:
-        t = torch.from_numpy(arr.view(np.dtype(spec.torch_via))).view(getattr(torch, spec.name))
-    if dev is not None and dev.type != "cpu":
-        t = t.to(dev)
+        return torch.from_numpy(arr)
+    return torch.from_numpy(arr.view(np.dtype(spec.torch_via))).view(getattr(torch, spec.name))
+
+
+def with_attributes(t, node: dict):
+    """``t`` given back the attributes :func:`describe` recorded in ``node``
+    (an nn.Parameter, requires_grad)."""
+    torch = require()
     requires_grad = node.get("requires_grad", False)
     if requires_grad and not (t.is_floating_point() or t.is_complex()):
         raise FormatError(f"corrupt tree: tensor {node.get('key')!r} of dtype {t.dtype} cannot require grad")
@@ -170,3 +173,13 @@ def from_numpy(arr: np.ndarray, node: dict, dev=None):
     if requires_grad:
         t.requires_grad_(True)
     return t
+
+
+def from_numpy(arr: np.ndarray, node: dict, dev=None):
+    """The torch tensor for one loaded array, sharing its memory on the CPU,
+    moved to ``dev`` and given back the attributes :func:`describe` recorded.
+    (Many tensors for a GPU go faster through :class:`~lazystore._core.staging.Placement`.)"""
+    t = cpu_tensor(arr)
+    if dev is not None and dev.type != "cpu":
+        t = t.to(dev)
+    return with_attributes(t, node)

@@ -16,7 +16,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from lazystore._core import torch_arrays
+from lazystore._core import staging, torch_arrays
+from lazystore._core.batching import batch_by_bytes
 from lazystore._native.writer import Writer
 from lazystore.api import open as open_checkpoint
 from lazystore.errors import InvalidInputError
@@ -28,6 +29,8 @@ BACKENDS = ("mmap", "pread")
 # Why torch is needed, for the error when it is not installed.
 NEEDS_TORCH = "lazystore.torch reads and writes PyTorch tensors"
 # What ``**options`` may hold: the Writer's own keywords.
+# Host memory a load to a device fills before handing it on (see tensors_of).
+DEVICE_BATCH_BYTES = 256 << 20
 OPTIONS = tuple(p for p in inspect.signature(Writer).parameters if p not in ("path", "metadata"))
 
 
@@ -118,12 +121,23 @@ def write(tensors: Mapping, filename, metadata, aliases: Mapping[str, str], opti
 
 def tensors_of(ck, keys, dev, *, copy: bool = False) -> dict:
     """The torch tensors ``keys`` selects from an open checkpoint, aliases
-    resolved to one tensor object per stored tensor."""
+    resolved to one tensor object per stored tensor.
+
+    For another device than the CPU, tensors are read a batch of about
+    :data:`DEVICE_BATCH_BYTES` at a time, so decoded compressed tensors wait
+    in host memory a batch at a time, not all at once."""
     names = list(ck)
     aliases = ties.read_aliases(ck.system_metadata, names)
     wanted = ties.wanted(names, aliases, keys)
-    arrays = ck.load(list(dict.fromkeys(aliases.get(n, n) for n in wanted)))
-    tensors = {n: torch_arrays.from_numpy(a.copy() if copy else a, {}, dev) for n, a in arrays.items()}
+    stored = list(dict.fromkeys(aliases.get(n, n) for n in wanted))
+    on_host = dev is None or dev.type == "cpu"
+    sizes = {n: ck.info(n).nbytes for n in stored} if not on_host else {}
+    batches = [stored] if on_host else batch_by_bytes(stored, DEVICE_BATCH_BYTES, sizes.__getitem__)
+    tensors = {}
+    with staging.Placement(dev, sum(sizes.values()) or None) as place:
+        for batch in batches:
+            for n, a in ck.load(batch).items():
+                tensors[n] = place.tensor(a.copy() if copy else a)
     return {n: tensors[aliases.get(n, n)] for n in wanted}
 
 

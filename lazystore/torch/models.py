@@ -46,11 +46,12 @@ def save_model(model, filename, metadata: Mapping | None = None, force_contiguou
 
 
 def load_model(model, filename, strict: bool = True, device="cpu", *, backend: str = "mmap"
-               ) -> tuple[list[str], list[str]]:
+               ) -> tuple[set[str], list[str]]:
     """Load ``filename`` into ``model``; ``(missing, unexpected)`` names.
 
-    ``missing`` are the model's names the file did not provide, ``unexpected``
-    the file's names the model did not use. With ``strict``, either raises
+    ``missing`` is the set of the model's names the file did not provide,
+    ``unexpected`` the list of the file's names the model did not use (a set
+    and a list, as safetensors returns them). With ``strict``, either raises
     :class:`StateDictMismatchError` naming them. ``device`` is where the
     tensors are read to (see :func:`~lazystore.torch.load_file`); a model
     whose parameters are on the meta device gets those tensors assigned.
@@ -64,7 +65,7 @@ def load_model(model, filename, strict: bool = True, device="cpu", *, backend: s
         ties.retie(model, groups)
     # A tied name is not missing when another name of its group was loaded.
     covered = {n for g in groups if any(m in state for m in g) for n in g}
-    missing = [n for n in result.missing_keys if n not in covered]
+    missing = {n for n in result.missing_keys if n not in covered}
     unexpected = [*result.unexpected_keys, *unexpected_twins]
     if strict and (missing or unexpected):
         raise StateDictMismatchError(_mismatch(model, missing, unexpected))

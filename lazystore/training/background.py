@@ -102,7 +102,8 @@ class Buffers:
         buf = self._held.pop(key, None)
         if not (isinstance(buf, torch.Tensor) and buf.dtype == like.dtype and buf.shape == like.shape):
             del buf
-            buf = torch.empty(like.shape, dtype=like.dtype, pin_memory=True)
+            # device="cpu": a default device the caller set (torch.set_default_device) must not move it
+            buf = torch.empty(like.shape, dtype=like.dtype, device="cpu", pin_memory=True)
         return self._keep(key, buf)
 
     def clear(self) -> None:

@@ -54,7 +54,7 @@ def test_tied_model_round_trip_is_bit_identical(tmp_path):
     with ls.open(tmp_path / "m.lzy") as ck:
         assert "head.weight" not in ck and ck.metadata == {"head.weight": "embed.weight"}
     fresh = TiedLM()
-    assert load_model(fresh, tmp_path / "m.lzy") == ([], [])
+    assert load_model(fresh, tmp_path / "m.lzy") == (set(), [])
     assert fresh.head.weight is fresh.embed.weight  # still tied
     ids = torch.arange(10)
     assert torch.equal(fresh(ids), model(ids))
@@ -77,7 +77,7 @@ def test_loads_files_safetensors_save_model_wrote(tmp_path):
     model = TiedLM()
     st.save_model(model, str(tmp_path / "m.safetensors"))
     fresh = TiedLM()
-    assert load_model(fresh, tmp_path / "m.safetensors") == ([], [])
+    assert load_model(fresh, tmp_path / "m.safetensors") == (set(), [])
     assert torch.equal(fresh.embed.weight, model.embed.weight) and fresh.head.weight is fresh.embed.weight
 
 
@@ -85,7 +85,7 @@ def test_a_tied_file_loads_into_an_untied_model(tmp_path):
     # As torch.load's state dict would: each name gets the values (safetensors refuses).
     save_model(Twice(), tmp_path / "m.lzy")
     target = Untied()
-    assert load_model(target, tmp_path / "m.lzy") == ([], [])
+    assert load_model(target, tmp_path / "m.lzy") == (set(), [])
     assert torch.equal(target.a.weight, target.b.weight) and target.a.weight is not target.b.weight
 
 
@@ -96,7 +96,7 @@ def test_distinct_tensors_for_one_tied_parameter_are_unexpected(tmp_path):
     with pytest.raises(StateDictMismatchError, match=r'Unexpected key\(s\) in state_dict: "b.bias", "b.weight"'):
         load_model(model, tmp_path / "m.lzy")
     missing, unexpected = load_model(model, tmp_path / "m.lzy", strict=False)
-    assert missing == [] and sorted(unexpected) == ["b.bias", "b.weight"]
+    assert missing == set() and sorted(unexpected) == ["b.bias", "b.weight"]
     assert torch.equal(model.a.weight, source.a.weight)  # the first name of the group wins
 
 
@@ -113,8 +113,14 @@ def test_strict_errors_name_the_keys_and_are_runtime_errors(tmp_path):
                               '    Missing key(s) in state_dict: "bias"\n'
                               '    Unexpected key(s) in state_dict: "extra"')
     target = nn.Linear(3, 3)
-    assert load_model(target, tmp_path / "m.lzy", strict=False) == (["bias"], ["extra"])
+    assert load_model(target, tmp_path / "m.lzy", strict=False) == ({"bias"}, ["extra"])
     assert torch.equal(target.weight, model.weight)
+    # the same shapes as safetensors' own: a set of missing names, a list of unexpected ones
+    import safetensors.torch as st
+
+    st.save_file(ls_state, tmp_path / "m.safetensors")
+    theirs = st.load_model(nn.Linear(3, 3), str(tmp_path / "m.safetensors"), strict=False)
+    assert theirs == ({"bias"}, ["extra"]) and load_model(nn.Linear(3, 3), tmp_path / "m.lzy", strict=False) == theirs
 
 
 def test_meta_model_gets_the_file_mapped_weights_and_its_ties(tmp_path):
@@ -123,7 +129,7 @@ def test_meta_model_gets_the_file_mapped_weights_and_its_ties(tmp_path):
     save_model(model, tmp_path / "m.lzy")
     with torch.device("meta"):
         empty = TiedLM(vocab=1000, dim=64)
-    assert load_model(empty, tmp_path / "m.lzy") == ([], [])
+    assert load_model(empty, tmp_path / "m.lzy") == (set(), [])
     assert all(t.device.type == "cpu" for t in [*empty.parameters(), *empty.buffers()])
     assert isinstance(empty.embed.weight, nn.Parameter) and empty.embed.weight.requires_grad
     assert empty.head.weight is empty.embed.weight
@@ -167,4 +173,4 @@ def test_save_model_keeps_the_users_metadata(tmp_path):
     with ls.open(tmp_path / "m.lzy") as ck:
         assert ck.metadata == {"b.weight": "mine", "b.bias": "a.bias", "format": "pt"}
     fresh = Twice()
-    assert load_model(fresh, tmp_path / "m.lzy") == ([], [])
+    assert load_model(fresh, tmp_path / "m.lzy") == (set(), [])
