@@ -16,12 +16,11 @@ import json
 
 import numpy as np
 
-from lazystore._core import torch_arrays
+from lazystore._core import staging, torch_arrays
 from lazystore._core.dtypes import lookup
 from lazystore.api import open as open_checkpoint
 from lazystore.errors import ClosedError, InvalidInputError, TensorNotFoundError
-from lazystore.torch import ties
-from lazystore.torch.files import BACKENDS
+from lazystore.torch import files, ties
 
 # safetensors' spellings of the frameworks lazystore gives tensors for.
 FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
@@ -43,8 +42,8 @@ class safe_open:  # lower case: safetensors' name, so migrating is an import cha
         self._framework = FRAMEWORKS.get(framework) if isinstance(framework, str) else None
         if self._framework is None:
             raise InvalidInputError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
-        if backend not in BACKENDS:
-            raise InvalidInputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        if backend not in files.BACKENDS:
+            raise InvalidInputError(f"backend must be one of {', '.join(files.BACKENDS)}, got {backend!r}")
         if self._framework == "pt":
             torch_arrays.require("framework='pt' gives PyTorch tensors")
             self._device = torch_arrays.device(device, "device")
@@ -96,8 +95,10 @@ class safe_open:  # lower case: safetensors' name, so migrating is an import cha
     def get_tensors(self) -> dict:
         """Every tensor, as ``{name: tensor}`` in the file's order."""
         self._check()
-        arrays = self._view.load(self._names)
-        out = {n: self._convert(a) for n, a in arrays.items()}
+        if self._framework == "np":
+            out = self._view.load(self._names)
+        else:
+            out = files.tensors_of(self._view, self._names, self._device)
         out.update((alias, out[target]) for alias, target in self._aliases.items())
         return out
 
@@ -124,7 +125,8 @@ class safe_open:  # lower case: safetensors' name, so migrating is an import cha
         """A loaded array as the framework's tensor."""
         if self._framework == "np":
             return arr
-        return torch_arrays.from_numpy(arr, {}, self._device)
+        with staging.Placement(self._device, arr.nbytes) as place:
+            return place.tensor(arr)
 
 
 class SafeSlice:
