@@ -13,6 +13,7 @@ from tests.paths import REPO
 TARGETS = {
     "save_durable", "load_all", "read_one", "open_many", "verify", "zstd_load",
     "peak_rss", "minilm_fp32", "minilm_bf16", "bg_pause",
+    "torch_load_file", "torch_load_keys", "torch_load_model",  # lazystore.torch against safetensors.torch
 }
 # Informational rows the issue asks for (physical limits and other tools).
 REFERENCES = {

@@ -18,9 +18,9 @@ memory to compare.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable, Mapping
 
+from lazystore._core import globs
 from lazystore._native.layout import RESERVED_METADATA_PREFIX
 from lazystore.errors import FormatError, InvalidInputError, TensorNotFoundError
 
@@ -79,7 +79,7 @@ def wanted(names: list[str], aliases: Mapping[str, str], keys) -> list[str]:
     if keys is None:
         return every
     if isinstance(keys, str):
-        return [n for n in every if fnmatch.fnmatchcase(n, keys)]
+        return globs.matching(every, keys)
     if not isinstance(keys, Iterable):
         raise InvalidInputError(f"keys must be None, a glob pattern or an iterable of names, got {keys!r}")
     known = set(every)

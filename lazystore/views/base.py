@@ -13,13 +13,12 @@ one suite against every kind.
 from __future__ import annotations
 
 import abc
-import fnmatch
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from lazystore._core import globs
 from lazystore._core.slicing import selection
 from lazystore.errors import ClosedError, InvalidInputError, TensorNotFoundError
 
@@ -191,8 +190,7 @@ class ViewBase(abc.ABC, Mapping):
         """Names from a glob pattern (str) or an iterable of names (each must exist)."""
         self._check_open()
         if isinstance(keys_or_glob, str):
-            match = re.compile(fnmatch.translate(keys_or_glob)).match  # fnmatchcase's own test
-            return [n for n in self._table if match(n)]
+            return globs.matching(self._table, keys_or_glob)
         if not isinstance(keys_or_glob, Iterable):
             raise InvalidInputError(f"expected a glob pattern or an iterable of names, got {keys_or_glob!r}")
         names = list(keys_or_glob)
