@@ -259,7 +259,8 @@ def training(ctx: Context) -> list[Result]:
     torch.manual_seed(0)
     # Step times swing with whatever else runs on the machine: more rounds than
     # the other measures, and ratios taken within each round (see _paired).
-    compare(cases, reps=ctx.scale.reps if quick else 2 * ctx.scale.reps, setup=settle)
+    # Quick mode is a smoke run of every case (the test suite runs it): one round.
+    compare(cases, reps=1 if quick else 2 * ctx.scale.reps, setup=settle)
     settle()
     t = {label: Timing(tuple(samples[1:])) for label, samples in inner.items()}  # [0]: the warm-up round
     for mgr in managers.values():
