@@ -52,6 +52,12 @@ class InvalidInputError(LazyStoreError, ValueError):
     unknown codec, metadata that is not JSON, ...)."""
 
 
+class StateDictMismatchError(InvalidInputError, RuntimeError):
+    """``lazystore.torch.load_model(..., strict=True)`` of a file whose names
+    do not match the model's: a RuntimeError, as torch's and safetensors'
+    own, with torch's wording."""
+
+
 class UnsupportedDtypeError(InvalidInputError, TypeError):
     """An array whose dtype the format cannot store."""
 

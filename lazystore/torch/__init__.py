@@ -12,9 +12,10 @@ Nothing here imports torch until a function needs it: ``import lazystore``
 stays free of torch.
 """
 
+from lazystore.errors import StateDictMismatchError
 from lazystore.torch.files import load, load_file, save, save_file
 from lazystore.torch.handle import SafeSlice, safe_open
-from lazystore.torch.models import StateDictMismatchError, load_model, save_model
+from lazystore.torch.models import load_model, save_model
 
 __all__ = ["SafeSlice", "StateDictMismatchError", "load", "load_file", "load_model", "safe_open", "save",
            "save_file", "save_model"]

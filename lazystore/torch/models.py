@@ -16,14 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from itertools import chain
 
-from lazystore.errors import InvalidInputError
+from lazystore.errors import StateDictMismatchError
 from lazystore.torch import files, ties
-
-
-class StateDictMismatchError(InvalidInputError, RuntimeError):
-    """``load_model(..., strict=True)`` of a file whose names do not match the
-    model's: a RuntimeError as torch's and safetensors' own, and lazystore's
-    InvalidInputError."""
 
 
 def save_model(model, filename, metadata: Mapping | None = None, force_contiguous: bool = True,
