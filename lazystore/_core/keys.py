@@ -61,10 +61,22 @@ class KeyTable(Mapping):
             raise FormatError(f"corrupt index: duplicate key {name!r}")
         return table[name]
 
+    @property
+    def listed(self) -> bool:
+        """Whether every name is at hand (so naming any position is cheap)."""
+        return self._names is not None
+
     def name(self, pos: int) -> str:
         """The name at ``pos`` (for an entry and its messages)."""
         found = self._found.get(pos)
         return found if found is not None else self._list()[pos]
+
+    def names(self, positions: list[int]) -> list[str]:
+        """The names at many positions."""
+        if self._names is None and all(p in self._found for p in positions):
+            return [self._found[p] for p in positions]
+        names = self._list()
+        return [names[p] for p in positions]
 
     @property
     def positions(self) -> dict[str, int]:

@@ -18,6 +18,7 @@ from functools import partial
 
 import numpy as np
 
+from lazystore._core.keys import KeyTable
 from lazystore._core.parallel import run_all
 from lazystore._core.slicing import rebase
 from lazystore._native.index import Entry, Index
@@ -170,7 +171,8 @@ class CheckpointView(ViewBase):
         reader = file.reader
         verify = verify or file.verify
         private = None
-        outputs, tasks, jobs = {}, [], []
+        outputs, decoded, tasks, jobs = {}, [], [], []
+        ndarray = np.ndarray
         for name, entry in zip(names, self._entries(names)):
             if entry.codec == RAW.id:
                 if private is None:
@@ -178,18 +180,21 @@ class CheckpointView(ViewBase):
                 if private:
                     if verify:
                         tasks.append(partial(reader.check_stored, entry, range(entry.chunk_count)))
-                    data = np.frombuffer(private, dtype=np.uint8, count=entry.nbytes, offset=entry.data_offset)
-                    outputs[name] = (data, entry)
+                    # One numpy call per tensor: a view of the private mapping.
+                    outputs[name] = ndarray(entry.shape, entry.dtype, private, entry.data_offset)
                     continue
             buf = np.empty(entry.nbytes, dtype=np.uint8)
             jobs += reader.jobs(entry, range(entry.chunk_count), buf, verify)
-            outputs[name] = (buf, entry)
+            outputs[name] = None  # keeps the file's order
+            decoded.append((name, buf, entry))
         if reader.fetching:
             run_all(lambda t: t(), tasks)
             reader.run(jobs)
         else:
             run_all(lambda t: t(), tasks + jobs)  # jobs are tasks too for a mapped source
-        return {n: _as_tensor(buf, entry) for n, (buf, entry) in outputs.items()}
+        for name, buf, entry in decoded:
+            outputs[name] = _as_tensor(buf, entry)
+        return outputs
 
     @property
     def nbytes(self) -> int:
@@ -213,7 +218,9 @@ class CheckpointView(ViewBase):
     def _entries(self, names: list[str]) -> list[Entry]:
         """The entries of names known to be in the view, read in bulk."""
         table = self._table
-        return self._file.index.entries_of(table[n] for n in names)
+        if isinstance(table, KeyTable):  # a plain dict once the names are listed
+            table = table.positions
+        return self._file.index.entries_of([table[n] for n in names])
 
     def _read_part(self, entry: Entry, index, picks: list[range]):
         """``get_slice(...)[index]``: only the chunks holding ``picks``."""
