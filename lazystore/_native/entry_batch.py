@@ -63,10 +63,9 @@ class Checked(NamedTuple):
     descriptions: list[Description]
     offset: list[int]
     stored_nbytes: list[int]
-    nbytes: list[int]
     padding_end: list[int]
     first_chunk: list[int]
-    stored: list[tuple[int, ...]]  # each entry's chunks' stored lengths
+    stored: list  # each entry's chunks' stored lengths (a tuple), None where raw: its decoded ones
     refused: dict[int, str]  # position -> the message of the first rule it breaks
 
 
@@ -107,14 +106,18 @@ def check_batch(sections: Sections, layout: Layout, pos: np.ndarray, described: 
         starts = chunks.starts[kept]
     else:
         starts = chunks.starts
-    described_of = [descs[i] for i in desc_of.tolist()]
-    listed = chunks.stored.tolist()
-    # A raw chunk's stored length equals its decoded one (rule C2).
-    stored = [d.decoded if d.codec == 0 else tuple(listed[k : k + len(d.decoded)])
-              for d, k in zip(described_of, starts.tolist())]
+    by_number = np.empty(len(descs), object)  # so numpy picks each entry's description
+    for i, d in enumerate(descs):
+        by_number[i] = d
+    described_of = by_number[desc_of].tolist()
+    stored = [None] * len(pos)
+    compressed = np.flatnonzero(~table.raw[desc_of])
+    if len(compressed):
+        listed = chunks.stored.tolist()
+        for i, k in zip(compressed.tolist(), starts[compressed].tolist()):
+            stored[i] = tuple(listed[k : k + len(described_of[i].decoded)])
     return Checked(pos.tolist(), described_of, rows[:, OFFSET].tolist(), rows[:, STORED].tolist(),
-                   rows[:, NBYTES].tolist(), padding_end.tolist(), sections.chunk_start[pos].tolist(), stored,
-                   refused)
+                   padding_end.tolist(), sections.chunk_start[pos].tolist(), stored, refused)
 
 
 def _check_one(sections: Sections, layout: Layout, pos: int, described: dict) -> Checked:
@@ -126,7 +129,7 @@ def _check_one(sections: Sections, layout: Layout, pos: int, described: dict) ->
     d = _described(key, described)
     first_chunk = int(sections.chunk_start[pos])
     if not isinstance(d, Description):
-        return Checked([], [], [], [], [], [], [], [], {pos: str(d)})
+        return Checked([], [], [], [], [], [], [], {pos: str(d)})
     stored = tuple(sections.stored[first_chunk : first_chunk + count].tolist())
     if pos == 0:
         expected = layout.data_start
@@ -137,9 +140,9 @@ def _check_one(sections: Sections, layout: Layout, pos: int, described: dict) ->
     broken, padding_end = chunk_and_place_rules(fields, One(stored, d.decoded), layout)
     message = first_broken(broken, offset, stored_nbytes)
     if message is not None:
-        return Checked([], [], [], [], [], [], [], [], {pos: message})
-    return Checked([pos], [d], [offset], [stored_nbytes], [nbytes], [padding_end], [first_chunk],
-                   [d.decoded if raw else stored], {})
+        return Checked([], [], [], [], [], [], [], {pos: message})
+    return Checked([pos], [d], [offset], [stored_nbytes], [padding_end], [first_chunk], [None if raw else stored],
+                   {})
 
 
 class _Many:

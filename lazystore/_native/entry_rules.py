@@ -39,6 +39,8 @@ class Description(NamedTuple):
     """What an entry's small fields, sizes and dims describe, once checked."""
 
     dtype: np.dtype
+    shape: tuple[int, ...]
+    nbytes: int  # decoded size
     grid: ChunkGrid
     codec: int
     planes: int
@@ -78,7 +80,7 @@ def describe(small: int, nbytes: int, count: int, extent: int, dims: tuple[int, 
     grid = ChunkGrid(dims, dtype.itemsize, axis, extent)
     _check_shape(grid, nbytes)
     _check_grid(grid, nbytes, count)
-    return Description(dtype, grid, codec, planes, tuple(grid.raw_nbytes()))
+    return Description(dtype, grid.shape, nbytes, grid, codec, planes, tuple(grid.raw_nbytes()))
 
 
 def _check_small_fields(code: int, codec: int, ndim: int, axis: int, planes: int, reserved: int) -> None:

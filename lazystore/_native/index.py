@@ -33,6 +33,7 @@ from lazystore._core.dtypes import BY_CODE
 from lazystore._core.keys import KeyTable
 from lazystore._native import entry_batch, entry_rules
 from lazystore._native import layout as fmt
+from lazystore._native.entry_rules import Description
 from lazystore.errors import FormatError, UnsupportedVersionError
 
 # Reading tensor after tensor (``ck[name]`` in a loop over the names)
@@ -44,21 +45,54 @@ FIRST_RUN, LAST_RUN = 16, 4096
 
 class Entry(NamedTuple):
     """One tensor's validated entry, as plain Python values: everything a
-    read needs, with no numpy call between the index and the data."""
+    read needs, with no numpy call between the index and the data. What it
+    shares with other tensors of its description (dtype, shape, grid,
+    codec) is one shared :class:`~lazystore._native.entry_rules.Description`:
+    an entry is made per tensor, so it holds few fields."""
 
     name: str
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    codec: int
-    planes: int
-    nbytes: int  # decoded size
+    described: Description
     stored_nbytes: int
     data_offset: int  # absolute file offset of the first chunk
     padding_end: int  # the zero padding after the tensor ends here
     first_chunk: int  # the index's number for the tensor's chunk 0
-    grid: ChunkGrid
-    stored: tuple[int, ...]  # stored length of each chunk
-    decoded: tuple[int, ...]  # decoded length of each chunk
+    compressed_stored: tuple[int, ...] | None  # a compressed tensor's: see ``stored``
+
+    @property
+    def stored(self) -> tuple[int, ...]:
+        """Stored length of each chunk: a raw chunk's is its decoded length."""
+        own = self.compressed_stored
+        return self.described.decoded if own is None else own
+
+    @property
+    def nbytes(self) -> int:
+        """Decoded size."""
+        return self.described.nbytes
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.described.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.described.shape
+
+    @property
+    def codec(self) -> int:
+        return self.described.codec
+
+    @property
+    def planes(self) -> int:
+        return self.described.planes
+
+    @property
+    def grid(self) -> ChunkGrid:
+        return self.described.grid
+
+    @property
+    def decoded(self) -> tuple[int, ...]:
+        """Decoded length of each chunk."""
+        return self.described.decoded
 
     @property
     def chunk_count(self) -> int:
@@ -143,11 +177,16 @@ class Index:
         """The entries of many tensors (all of them for ``verify()`` or a
         full load), checked together; the first refused one raises."""
         self._prepare()
-        positions = list(positions)
-        todo = np.array(positions, np.int64)
+        if isinstance(positions, range):
+            todo = np.arange(positions.start, positions.stop, positions.step)
+        else:
+            positions = list(positions)
+            todo = np.array(positions, np.int64)
         todo = todo[~self._checked[todo]]
+        if len(todo) > 1 and not (todo[1:] > todo[:-1]).all():  # ascending, once each
+            todo = np.unique(todo)
         if len(todo):
-            self._check(np.unique(todo))
+            self._check(todo)
         validated = self._validated
         try:
             return [validated[p] for p in positions]
@@ -180,11 +219,10 @@ class Index:
         """Keep a batch's verdicts: an Entry for each that passed."""
         for p, message in c.refused.items():
             self._refused[p] = (int(self.entries["dtype"][p]), message)
-        grids = [d.grid for d in c.descriptions]
-        self._validated.update(zip(c.pos, map(
-            Entry, self.keys.names(c.pos), [d.dtype for d in c.descriptions], [g.shape for g in grids],
-            [d.codec for d in c.descriptions], [d.planes for d in c.descriptions], c.nbytes, c.stored_nbytes,
-            c.offset, c.padding_end, c.first_chunk, grids, c.stored, [d.decoded for d in c.descriptions])))
+        make = tuple.__new__  # Entry's own constructor, without a Python call per entry
+        self._validated.update(zip(c.pos, [make(Entry, fields) for fields in zip(
+            self.keys.names(c.pos), c.descriptions, c.stored_nbytes, c.offset, c.padding_end, c.first_chunk,
+            c.stored)]))
 
     def _refusal(self, pos: int) -> FormatError:
         """The error for refused entry ``pos`` (a new one on every use): a
