@@ -50,9 +50,9 @@ class Sections(NamedTuple):
 
     words: np.ndarray  # (count, 6) uint64: the entries
     dims: np.ndarray  # uint64
-    dims_start: np.ndarray  # int64, per entry (rule E6 checked)
     stored: np.ndarray  # uint64: each chunk record's stored length
-    chunk_start: np.ndarray  # int64, per entry (rule E14 checked)
+    dims_start: np.ndarray  # int64: where each entry's dims start (rule E6 checked)
+    chunk_start: np.ndarray  # int64: where each entry's chunk records start (rule E14 checked)
 
 
 class Checked(NamedTuple):
@@ -67,13 +67,6 @@ class Checked(NamedTuple):
     first_chunk: list[int]
     stored: list  # each entry's chunks' stored lengths (a tuple), None where raw: its decoded ones
     refused: dict[int, str]  # position -> the message of the first rule it breaks
-
-
-def check_entry(sections: Sections, layout: Layout, pos: int, described: dict) -> Checked:
-    """:func:`check_batch` of the one entry at ``pos``."""
-    if sections.words[pos, COUNT] <= ONE_ENTRY_CHUNKS:
-        return _check_one(sections, layout, pos, described)
-    return check_batch(sections, layout, np.array([pos], np.int64), described)
 
 
 def check_batch(sections: Sections, layout: Layout, pos: np.ndarray, described: dict) -> Checked:
@@ -120,21 +113,17 @@ def check_batch(sections: Sections, layout: Layout, pos: np.ndarray, described: 
                    padding_end.tolist(), sections.chunk_start[pos].tolist(), stored, refused)
 
 
-def _check_one(sections: Sections, layout: Layout, pos: int, described: dict) -> Checked:
-    """:func:`check_batch` of one entry with few chunks, in Python integers."""
-    row = sections.words[pos].tolist()
+def check_one(layout: Layout, pos: int, row: tuple, dims: tuple, stored: tuple, first_chunk: int,
+              previous: tuple | None, described: dict) -> Checked:
+    """:func:`check_batch` of one entry, in Python integers: its ``row`` (six
+    words), ``dims``, chunks' ``stored`` lengths (from ``first_chunk``) and
+    the ``previous`` row (None for entry 0). For an entry of a few chunks,
+    where numpy's per-call cost would dominate."""
     offset, stored_nbytes, nbytes, count, extent, small = row
-    start = int(sections.dims_start[pos])
-    key = (nbytes, count, extent, small, *sections.dims[start : start + (small >> 16 & 0xFF)].tolist())
-    d = _described(key, described)
-    first_chunk = int(sections.chunk_start[pos])
+    d = _described((nbytes, count, extent, small, *dims), described)
     if not isinstance(d, Description):
         return Checked([], [], [], [], [], [], [], {pos: str(d)})
-    stored = tuple(sections.stored[first_chunk : first_chunk + count].tolist())
-    if pos == 0:
-        expected = layout.data_start
-    else:
-        expected = padding_end_of(*sections.words[pos - 1, :2].tolist(), layout, min)
+    expected = layout.data_start if previous is None else padding_end_of(previous[0], previous[1], layout, min)
     raw = d.codec == 0
     fields = Fields(offset, stored_nbytes, raw, not raw, d.planes, expected, pos == layout.count - 1)
     broken, padding_end = chunk_and_place_rules(fields, One(stored, d.decoded), layout)

@@ -187,7 +187,7 @@ class One:
         self.stored, self.decoded = stored, decoded
 
     def any(self, test) -> bool:
-        return any(test(s, d) for s, d in zip(self.stored, self.decoded))
+        return any(map(test, self.stored, self.decoded))
 
     def spread(self, field):
         return field

@@ -22,6 +22,7 @@ read of every tensor check every entry.
 
 from __future__ import annotations
 
+import struct
 from itertools import accumulate
 from typing import NamedTuple
 
@@ -35,6 +36,10 @@ from lazystore._native import entry_batch, entry_rules
 from lazystore._native import layout as fmt
 from lazystore._native.entry_rules import Description
 from lazystore.errors import FormatError, UnsupportedVersionError
+
+# An entry read as six 64-bit words; the last packs the small fields.
+_ENTRY_SIZE, _CHUNK_SIZE = fmt.ENTRY_DTYPE.itemsize, fmt.CHUNK_DTYPE.itemsize
+_WORDS = struct.Struct(f"<{_ENTRY_SIZE // 8}Q")
 
 # Reading tensor after tensor (``ck[name]`` in a loop over the names)
 # checks entries a run at a time, the run doubling from the first size to
@@ -143,7 +148,8 @@ class Index:
         # this package does not know is corruption in a file of a version it
         # implements, and a newer version's addition in a newer file.
         self.minor = minor
-        _check_section_counts(raw, keys)
+        # Each entry's ndim and chunk count, as checked (Python lists).
+        self._ndims, self._counts = _check_section_counts(raw, keys)
         if self.packed and not self.count and data_end != self.data_start:
             raise FormatError(f"the index starts at {data_end} but an empty file's data ends at {self.data_start}")
         self._validated: dict[int, Entry] = {}
@@ -151,9 +157,9 @@ class Index:
         self._described: dict[tuple, object] = {}  # see entry_batch.check_batch
         self._run = FIRST_RUN
         self._layout = entry_rules.Layout(self.packed, self.data_start, data_end, self.alignment, self.count)
-        # Made on first use (see _prepare): opening costs nothing per entry.
+        # Made on first use (see _batch_sections): opening costs nothing per entry.
         self._sections: entry_batch.Sections | None = None
-        self._checked: np.ndarray | None = None  # per entry: validated or refused
+        self._checked: np.ndarray | None = None  # per entry: validated or refused, for batches
 
     # -- entries ---------------------------------------------------------------
 
@@ -161,13 +167,16 @@ class Index:
         """Tensor ``pos``'s entry, validated the first time it is asked for."""
         found = self._validated.get(pos)
         if found is None:
-            self._prepare()
-            if not self._checked[pos]:
+            if pos not in self._refused:
                 if self.keys.listed:
                     self._check(self._next_run(pos))
-                else:  # names looked up one by one: the one entry alone
-                    self._take(entry_batch.check_entry(self._sections, self._layout, pos, self._described))
-                    self._checked[pos] = True
+                elif self._counts[pos] <= entry_batch.ONE_ENTRY_CHUNKS:
+                    # Names looked up one by one: the one entry alone, in
+                    # Python integers, where numpy's per-call cost would
+                    # dominate (opening a file to read one tensor).
+                    self._take(entry_batch.check_one(self._layout, pos, *self._fetch(pos), self._described))
+                else:
+                    self._check(np.array([pos], np.int64))
             found = self._validated.get(pos)
             if found is None:
                 raise self._refusal(pos)
@@ -176,7 +185,7 @@ class Index:
     def entries_of(self, positions) -> list[Entry]:
         """The entries of many tensors (all of them for ``verify()`` or a
         full load), checked together; the first refused one raises."""
-        self._prepare()
+        self._batch_sections()
         if isinstance(positions, range):
             todo = np.arange(positions.start, positions.stop, positions.step)
         else:
@@ -193,26 +202,45 @@ class Index:
         except KeyError:
             raise self._refusal(next(p for p in positions if p not in validated)) from None
 
-    def _prepare(self) -> None:
-        """What checking entries needs: where each entry's dims and chunk
-        records start, and which entries are checked."""
+    def _fetch(self, pos: int) -> tuple:
+        """What checking entry ``pos`` alone reads from the arrays: its row
+        (six 64-bit words; the last packs the small fields), dims, chunks'
+        stored lengths, first chunk's number and the previous row. Unpacked
+        with struct: for one entry that is far cheaper than numpy calls."""
+        row = _WORDS.unpack_from(self.entries, pos * _ENTRY_SIZE)
+        dims_start, first_chunk, count = sum(self._ndims[:pos]), sum(self._counts[:pos]), row[3]
+        dims = struct.unpack_from(f"<{self._ndims[pos]}Q", self.dims, dims_start * 8)
+        # A chunk record is (stored length, checksum): take every other word.
+        stored = struct.unpack_from(f"<{2 * count}Q", self.chunks, first_chunk * _CHUNK_SIZE)[::2]
+        previous = _WORDS.unpack_from(self.entries, (pos - 1) * _ENTRY_SIZE) if pos else None
+        return row, dims, stored, first_chunk, previous
+
+    def _batch_sections(self) -> entry_batch.Sections:
+        """The arrays a batch of entries is checked against (made on the
+        first batch: opening costs nothing per entry), and which entries
+        are checked."""
         if self._sections is None:
             ndim = self.entries["ndim"].astype(np.int64)
             counts = self.entries["chunk_count"].astype(np.int64)  # each within the index (E14)
             self._sections = entry_batch.Sections(
-                self.entries.view("<u8").reshape(self.count, fmt.ENTRY_DTYPE.itemsize // 8), self.dims,
-                np.cumsum(ndim) - ndim, self.chunks["stored_nbytes"], np.cumsum(counts) - counts)
+                self.entries.view("<u8").reshape(self.count, _ENTRY_SIZE // 8), self.dims,
+                self.chunks["stored_nbytes"], np.cumsum(ndim) - ndim, np.cumsum(counts) - counts)
             self._checked = np.zeros(self.count, bool)
+            self._checked[list(self._validated)] = True
+            self._checked[list(self._refused)] = True
+        return self._sections
 
     def _next_run(self, pos: int) -> np.ndarray:
         """The unchecked entries of a run from ``pos``, each run twice the last."""
+        self._batch_sections()
         run = np.arange(pos, min(pos + self._run, self.count))
         self._run = min(2 * self._run, LAST_RUN)
         return run[~self._checked[run]]
 
     def _check(self, pos: np.ndarray) -> None:
         """Validate the entries at ``pos`` (ascending, none checked yet)."""
-        self._take(entry_batch.check_batch(self._sections, self._layout, pos, self._described))
+        sections = self._batch_sections()
+        self._take(entry_batch.check_batch(sections, self._layout, pos, self._described))
         self._checked[pos] = True
 
     def _take(self, c: entry_batch.Checked) -> None:
@@ -270,22 +298,23 @@ class Index:
                    unverifiable=unverifiable)
 
 
-def _check_section_counts(raw: fmt.RawIndex, keys: KeyTable) -> None:
+def _check_section_counts(raw: fmt.RawIndex, keys: KeyTable) -> tuple[list[int], list[int]]:
     """Rules E6 and E14: the entries account for every dim and chunk record.
 
     These are the only entry rules that need every entry, so they are the
-    ones checked on open. A count above the index's chunk records is
-    refused before any sum is formed, so no uint64 sum can wrap around."""
-    ndim = int(raw.entries["ndim"].sum(dtype=np.int64))
-    if ndim != len(raw.dims):
-        raise FormatError(f"shapes need {ndim} dimensions but the index holds {len(raw.dims)}")
-    counts = raw.entries["chunk_count"]
-    too_many = np.flatnonzero(counts > np.uint64(len(raw.chunks)))
-    if len(too_many):
-        raise FormatError(f"corrupt index: tensor {keys.name(int(too_many[0]))!r}: more chunks than the index holds")
-    total = int(counts.sum(dtype=np.uint64))  # at most 2**26 chunk records of at most 2**26 each
-    if total != len(raw.chunks):
-        raise FormatError(f"tensors have {total} chunks but the index holds {len(raw.chunks)}")
+    ones checked on open: sums of Python integers, which cannot wrap
+    around, and cheaper than numpy's reductions over a record field for
+    the few entries of a typical file (for 100,000 they take milliseconds)."""
+    ndims = raw.entries["ndim"].tolist()
+    if sum(ndims) != len(raw.dims):
+        raise FormatError(f"shapes need {sum(ndims)} dimensions but the index holds {len(raw.dims)}")
+    counts = raw.entries["chunk_count"].tolist()
+    if sum(counts) != len(raw.chunks):
+        too_many = next((pos for pos, n in enumerate(counts) if n > len(raw.chunks)), None)
+        if too_many is not None:
+            raise FormatError(f"corrupt index: tensor {keys.name(too_many)!r}: more chunks than the index holds")
+        raise FormatError(f"tensors have {sum(counts)} chunks but the index holds {len(raw.chunks)}")
+    return ndims, counts
 
 
 def _decode_keys(blob: bytes, count: int) -> KeyTable:

@@ -103,6 +103,7 @@ class CheckpointView(ViewBase):
         return sub
 
     def _release(self) -> None:
+        self._file.in_place = None  # the source's map goes with the last array that uses it
         self._file.source.close()
 
     @property
