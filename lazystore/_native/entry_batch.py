@@ -218,14 +218,17 @@ def _distinct_keys(rows: np.ndarray, pos: np.ndarray, sections: Sections) -> tup
         group = np.empty((len(sel), 4 + d), _U64)
         group[:, :4] = rows[sel, NBYTES:]
         group[:, 4:] = sections.dims[sections.dims_start[pos[sel]][:, None] + np.arange(d)]
-        h = group[:, 0].copy()
-        for j in range(1, group.shape[1]):
-            h = h * _U64(0x9E3779B97F4A7C15) ^ group[:, j]
-        _, firsts, ids = np.unique(h, return_index=True, return_inverse=True)
-        if (group == group[firsts][ids]).all():  # no two distinct keys share a hash
-            found = list(map(tuple, group[firsts].tolist()))
+        if (group == group[0]).all():  # one description throughout (a run of experts, say)
+            found, ids = [tuple(group[0].tolist())], np.zeros(len(group), np.int64)
         else:
-            found, ids = _dedupe(list(map(tuple, group.tolist())))
+            h = group[:, 0].copy()
+            for j in range(1, group.shape[1]):
+                h = h * _U64(0x9E3779B97F4A7C15) ^ group[:, j]
+            _, firsts, ids = np.unique(h, return_index=True, return_inverse=True)
+            if (group == group[firsts][ids]).all():  # no two distinct keys share a hash
+                found = list(map(tuple, group[firsts].tolist()))
+            else:
+                found, ids = _dedupe(list(map(tuple, group.tolist())))
         desc_of[sel] = ids.reshape(-1) + len(keys)
         keys += found
     return keys, desc_of
