@@ -240,11 +240,9 @@ class CheckpointView(ViewBase):
         """The names ``keys`` asks for (as :meth:`_wanted`) and their entries,
         checked in bulk."""
         names = self._wanted(keys)
+        if self._whole and keys is None:  # listed in index order: positions 0, 1, 2...
+            return names, self._file.index.entries_of(range(len(names)))
         table = self._table
-        if self._whole:
-            if keys is None:  # listed in index order: positions 0, 1, 2...
-                return names, self._file.index.entries_of(range(len(names)))
-            table = self._file.index.keys.positions
         return names, self._file.index.entries_of([table[n] for n in names])
 
     def _read_part(self, entry: Entry, index, picks: list[range]):

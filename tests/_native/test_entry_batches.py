@@ -176,3 +176,16 @@ def test_chunk_sums_that_wrap_around_uint64_are_refused_both_ways():
     assert str(batched.value) == expected
     alone = entry_batch.check_one(index._layout, 0, *index._fetch(0), {})
     assert alone.refused == {0: "stored size differs from the sum of its chunks"}
+
+
+def test_a_duplicated_name_leaves_the_other_names_loadable(base_blob, tmp_path):
+    # Rule K3 may be checked per key: a name held once loads, even by a
+    # full-file view, while the duplicated one is refused.
+    parts = Parts.parse(base_blob)
+    parts.keys = b"a\0m\0a\0z\0"
+    path = tmp_path / "dup.lzy"
+    path.write_bytes(parts.build())
+    with ls.open(path) as ck:
+        assert ck.load(["m", "z"])["m"].shape == (40, 8)
+        with pytest.raises(ls.FormatError, match="duplicate key 'a'"):
+            ck.load(["a"])
