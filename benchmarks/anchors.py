@@ -78,6 +78,12 @@ def ls_read_one(path, name) -> float:
         return float(ck[name].sum())
 
 
+def ls_read_each(path) -> list:
+    """Open, read every tensor in turn by name (``ck[name]``), close."""
+    with ls.open(path) as ck:
+        return [ck[name] for name in ck]
+
+
 def ls_verify(path) -> list:
     with ls.open(path) as ck:
         return ck.verify()
@@ -96,6 +102,11 @@ def st_load(path) -> dict:
 def st_read_one(path, name) -> float:
     with safe_open(path, "np") as f:
         return float(f.get_tensor(name).sum())
+
+
+def st_read_each(path) -> list:
+    with safe_open(path, "np") as f:
+        return [f.get_tensor(name) for name in f.keys()]
 
 
 # -- torch (CPU) -------------------------------------------------------------------

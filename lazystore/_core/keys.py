@@ -53,6 +53,8 @@ class KeyTable(Mapping):
         return iter(self.positions)
 
     def __getitem__(self, name) -> int:
+        if self._positions is not None and not self._duplicates:  # the common case first
+            return self._positions[name]
         if self._positions is None and self._searches < SEARCHES_BEFORE_TABLE:
             self._searches += 1
             return self._search(name)
@@ -61,10 +63,24 @@ class KeyTable(Mapping):
             raise FormatError(f"corrupt index: duplicate key {name!r}")
         return table[name]
 
+    @property
+    def listed(self) -> bool:
+        """Whether every name is at hand (so naming any position is cheap)."""
+        return self._names is not None
+
     def name(self, pos: int) -> str:
         """The name at ``pos`` (for an entry and its messages)."""
         found = self._found.get(pos)
         return found if found is not None else self._list()[pos]
+
+    def names(self, positions: list[int]) -> list[str]:
+        """The names at many positions (ascending)."""
+        if self._names is None and all(p in self._found for p in positions):
+            return [self._found[p] for p in positions]
+        names = self._list()
+        if positions and positions[-1] - positions[0] == len(positions) - 1:  # ascending, so a run
+            return names[positions[0] : positions[-1] + 1]
+        return [names[p] for p in positions]
 
     @property
     def positions(self) -> dict[str, int]:

@@ -4,11 +4,14 @@ The index is untrusted input, validated in two stages (docs/format.md
 §13.1, §13.4):
 
 - on open, what ties the file together: the sections, the keys, the
-  metadata, and the counts of dims and chunk records (rules E6, E14), in a
-  handful of numpy operations whatever the number of tensors;
+  metadata, and the counts of dims and chunk records (rules E6, E14: two
+  sums over the entries, milliseconds for 100,000);
 - each tensor's own entry (dtype, shape, sizes, chunk grid, its chunk
-  records and where its bytes lie), in plain Python, the first time that
-  tensor is used, before anything derived from it is returned.
+  records and where its bytes lie) the first time that tensor is used,
+  before anything derived from it is returned, by the rules of
+  :mod:`lazystore._native.entry_rules`, which check a batch of entries at
+  once: the one tensor a read asks for, a growing run of them when a
+  caller reads tensor after tensor, or all of them for a full load.
 
 So opening a file costs the same few operations for 1 tensor or 100,000,
 reading one tensor checks that tensor alone, and a hostile entry is still
@@ -19,7 +22,6 @@ read of every tensor check every entry.
 
 from __future__ import annotations
 
-import math
 import struct
 from itertools import accumulate
 from typing import NamedTuple
@@ -30,45 +32,72 @@ from lazystore._core import strict_json
 from lazystore._core.chunking import ChunkGrid
 from lazystore._core.dtypes import BY_CODE
 from lazystore._core.keys import KeyTable
+from lazystore._native import entry_batch, entry_rules
 from lazystore._native import layout as fmt
-from lazystore.codecs import CODECS_BY_ID
+from lazystore._native.entry_rules import Description
 from lazystore.errors import FormatError, UnsupportedVersionError
-
-MAX_NDIM = 64  # numpy's own limit
-# Rules E7/E8: dims, and sizes computed from them, stay below 2**62, so any
-# reader can multiply them in 64-bit integers.
-MAX_SIZE = 1 << 62
-# A zstd frame expands at most 32768-fold (a 4-byte RLE block yields 128 KiB),
-# so a chunk claiming more than this per stored byte is lying.
-MAX_EXPANSION = 1 << 15
-# Validating more entries than this at once (and at least a 16th of the
-# index) reads the index's arrays into Python lists in one go rather than
-# entry by entry: converting the whole index costs about as much as
-# fetching a 16th of its entries one by one.
-BULK_ENTRIES = 64
 
 # An entry read as six 64-bit words; the last packs the small fields.
 _ENTRY_SIZE, _CHUNK_SIZE = fmt.ENTRY_DTYPE.itemsize, fmt.CHUNK_DTYPE.itemsize
 _WORDS = struct.Struct(f"<{_ENTRY_SIZE // 8}Q")
 
+# Reading tensor after tensor (``ck[name]`` in a loop over the names)
+# checks entries a run at a time, the run doubling from the first size to
+# the last: one tensor costs a run of the first size, a loop over 100,000
+# a few dozen runs.
+FIRST_RUN, LAST_RUN = 16, 4096
+
 
 class Entry(NamedTuple):
     """One tensor's validated entry, as plain Python values: everything a
-    read needs, with no numpy call between the index and the data."""
+    read needs, with no numpy call between the index and the data. What it
+    shares with other tensors of its description (dtype, shape, grid,
+    codec) is one shared :class:`~lazystore._native.entry_rules.Description`:
+    an entry is made per tensor, so it holds few fields."""
 
     name: str
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    codec: int
-    planes: int
-    nbytes: int  # decoded size
+    described: Description
     stored_nbytes: int
     data_offset: int  # absolute file offset of the first chunk
     padding_end: int  # the zero padding after the tensor ends here
     first_chunk: int  # the index's number for the tensor's chunk 0
-    grid: ChunkGrid
-    stored: tuple[int, ...]  # stored length of each chunk
-    decoded: tuple[int, ...]  # decoded length of each chunk
+    compressed_stored: tuple[int, ...] | None  # a compressed tensor's: see ``stored``
+
+    @property
+    def stored(self) -> tuple[int, ...]:
+        """Stored length of each chunk: a raw chunk's is its decoded length."""
+        own = self.compressed_stored
+        return self.described.decoded if own is None else own
+
+    @property
+    def nbytes(self) -> int:
+        """Decoded size."""
+        return self.described.nbytes
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.described.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.described.shape
+
+    @property
+    def codec(self) -> int:
+        return self.described.codec
+
+    @property
+    def planes(self) -> int:
+        return self.described.planes
+
+    @property
+    def grid(self) -> ChunkGrid:
+        return self.described.grid
+
+    @property
+    def decoded(self) -> tuple[int, ...]:
+        """Decoded length of each chunk."""
+        return self.described.decoded
 
     @property
     def chunk_count(self) -> int:
@@ -119,11 +148,18 @@ class Index:
         # this package does not know is corruption in a file of a version it
         # implements, and a newer version's addition in a newer file.
         self.minor = minor
-        self.dims_start, self.chunk_start = _section_starts(raw, keys)
+        # Each entry's ndim and chunk count, as checked (Python lists).
+        self._ndims, self._counts = _check_section_counts(raw, keys)
         if self.packed and not self.count and data_end != self.data_start:
             raise FormatError(f"the index starts at {data_end} but an empty file's data ends at {self.data_start}")
         self._validated: dict[int, Entry] = {}
-        self._described: dict[tuple, _Description] = {}
+        self._refused: dict[int, tuple[int, str]] = {}  # position -> (dtype code, message)
+        self._described: dict[tuple, object] = {}  # see entry_batch.check_batch
+        self._run = FIRST_RUN
+        self._layout = entry_rules.Layout(self.packed, self.data_start, data_end, self.alignment, self.count)
+        # Made on first use (see _batch_sections): opening costs nothing per entry.
+        self._sections: entry_batch.Sections | None = None
+        self._checked: np.ndarray | None = None  # per entry: validated or refused, for batches
 
     # -- entries ---------------------------------------------------------------
 
@@ -131,99 +167,106 @@ class Index:
         """Tensor ``pos``'s entry, validated the first time it is asked for."""
         found = self._validated.get(pos)
         if found is None:
-            found = self._validated[pos] = self._validate(pos, *self._fetch(pos))
+            if pos not in self._refused:
+                if self.keys.listed:
+                    self._check(self._next_run(pos))
+                elif self._counts[pos] <= entry_batch.ONE_ENTRY_CHUNKS:
+                    # Names looked up one by one: the one entry alone, in
+                    # Python integers, where numpy's per-call cost would
+                    # dominate (opening a file to read one tensor).
+                    self._take(entry_batch.check_one(self._layout, pos, *self._fetch(pos), self._described))
+                else:
+                    self._check(np.array([pos], np.int64))
+            found = self._validated.get(pos)
+            if found is None:
+                raise self._refusal(pos)
         return found
 
     def entries_of(self, positions) -> list[Entry]:
         """The entries of many tensors (all of them for ``verify()`` or a
-        full load): the index's arrays are read into Python lists once
-        rather than entry by entry."""
-        positions = list(positions)
-        todo = [p for p in positions if p not in self._validated]
-        if len(todo) > max(BULK_ENTRIES, self.count // 16):
-            words = self.entries.view("<u8").reshape(self.count, _ENTRY_SIZE // 8)
-            rows, dims, stored = words.tolist(), self.dims.tolist(), self.chunks["stored_nbytes"].tolist()
-            dims_start, chunk_start = self.dims_start, self.chunk_start
-            for p in todo:
-                row = rows[p]
-                ds, cs = dims_start[p], chunk_start[p]
-                previous = rows[p - 1] if p else None
-                self._validated[p] = self._validate(
-                    p, row, tuple(dims[ds : ds + _ndim(row)]), tuple(stored[cs : cs + row[3]]), previous)
-        return [self.entry(p) for p in positions]
-
-    def _fetch(self, pos: int):
-        """What validating entry ``pos`` reads from the arrays: its row (the
-        entry's six 64-bit words; the last packs the small fields), its
-        dims, its chunks' stored lengths and the previous row. Unpacked with
-        struct: for one entry that is far cheaper than numpy calls."""
-        row = _WORDS.unpack_from(self.entries, pos * _ENTRY_SIZE)
-        ds, cs, count = self.dims_start[pos], self.chunk_start[pos], row[3]
-        dims = struct.unpack_from(f"<{_ndim(row)}Q", self.dims, ds * 8)
-        # A chunk record is (stored length, checksum): take every other word.
-        stored = struct.unpack_from(f"<{2 * count}Q", self.chunks, cs * _CHUNK_SIZE)[::2]
-        previous = _WORDS.unpack_from(self.entries, (pos - 1) * _ENTRY_SIZE) if pos and self.packed else None
-        return row, dims, stored, previous
-
-    def _validate(self, pos: int, row, dims: tuple[int, ...], stored: tuple[int, ...], previous) -> Entry:
-        """Rules E1-E5 and E7-E13 of the entry, C1-C3 of its chunk records,
-        L2 and its part of L3-L4 (docs/format.md §13.4), in Python integers,
-        which cannot overflow. ``previous`` is the row before it (lazystore
-        files only: tensors are packed in index order).
-
-        Checkpoints repeat a few tensor descriptions (dtype, shape, grid)
-        many times, so each distinct one is checked once per index."""
-        offset, stored_nbytes, nbytes, count, extent, small = row
+        full load), checked together; the first refused one raises."""
+        self._batch_sections()
+        if isinstance(positions, range):
+            todo = np.arange(positions.start, positions.stop, positions.step)
+        else:
+            positions = list(positions)
+            todo = np.array(positions, np.int64)
+        todo = todo[~self._checked[todo]]
+        if len(todo) > 1 and not (todo[1:] > todo[:-1]).all():  # ascending, once each
+            todo = np.unique(todo)
+        if len(todo):
+            self._check(todo)
+        validated = self._validated
         try:
-            key = (small, nbytes, count, extent, dims)
-            described = self._described.get(key)
-            if described is None:
-                described = self._described[key] = _describe(small, nbytes, count, extent, dims)
-            _check_chunks(described, stored, self.data_end)
-            if sum(stored) != stored_nbytes:
-                raise FormatError("stored size differs from the sum of its chunks")
-            padding_end = self._check_place(pos, offset, stored_nbytes, previous)
-        except FormatError as exc:
-            raise self._entry_error(pos, small, exc) from None
-        grid = described.grid
-        return Entry(self.keys.name(pos), described.dtype, grid.shape, described.codec, described.planes, nbytes,
-                     stored_nbytes, offset, padding_end, self.chunk_start[pos], grid, stored, described.decoded)
+            return [validated[p] for p in positions]
+        except KeyError:
+            raise self._refusal(next(p for p in positions if p not in validated)) from None
 
-    def _entry_error(self, pos: int, small: int, exc: FormatError) -> FormatError:
-        """The error for entry ``pos``: a file of a newer minor version whose
-        dtype code this package does not know needs a newer lazystore
-        (docs/format.md §14); anything else is corruption."""
+    def _fetch(self, pos: int) -> tuple:
+        """What checking entry ``pos`` alone reads from the arrays: its row
+        (six 64-bit words; the last packs the small fields), dims, chunks'
+        stored lengths, first chunk's number and the previous row. Unpacked
+        with struct: for one entry that is far cheaper than numpy calls."""
+        row = _WORDS.unpack_from(self.entries, pos * _ENTRY_SIZE)
+        # Sums of the counts before it (a C-level pass, ~0.3 ms at the end of
+        # 100,000 entries): cheaper than keeping running sums from the open.
+        dims_start, first_chunk, count = sum(self._ndims[:pos]), sum(self._counts[:pos]), row[3]
+        dims = struct.unpack_from(f"<{self._ndims[pos]}Q", self.dims, dims_start * 8)
+        # A chunk record is (stored length, checksum): take every other word.
+        stored = struct.unpack_from(f"<{2 * count}Q", self.chunks, first_chunk * _CHUNK_SIZE)[::2]
+        previous = _WORDS.unpack_from(self.entries, (pos - 1) * _ENTRY_SIZE) if pos else None
+        return row, dims, stored, first_chunk, previous
+
+    def _batch_sections(self) -> entry_batch.Sections:
+        """The arrays a batch of entries is checked against (made on the
+        first batch: opening costs nothing per entry), and which entries
+        are checked."""
+        if self._sections is None:
+            ndim = self.entries["ndim"].astype(np.int64)
+            counts = self.entries["chunk_count"].astype(np.int64)  # each within the index (E14)
+            self._sections = entry_batch.Sections(
+                self.entries.view("<u8").reshape(self.count, _ENTRY_SIZE // 8), self.dims,
+                self.chunks["stored_nbytes"], np.cumsum(ndim) - ndim, np.cumsum(counts) - counts)
+            self._checked = np.zeros(self.count, bool)
+            self._checked[list(self._validated)] = True
+            self._checked[list(self._refused)] = True
+        return self._sections
+
+    def _next_run(self, pos: int) -> np.ndarray:
+        """The unchecked entries of a run from ``pos``, each run twice the last."""
+        self._batch_sections()
+        run = np.arange(pos, min(pos + self._run, self.count))
+        self._run = min(2 * self._run, LAST_RUN)
+        return run[~self._checked[run]]
+
+    def _check(self, pos: np.ndarray) -> None:
+        """Validate the entries at ``pos`` (ascending, none checked yet)."""
+        sections = self._batch_sections()
+        self._take(entry_batch.check_batch(sections, self._layout, pos, self._described))
+        self._checked[pos] = True
+
+    def _take(self, c: entry_batch.Checked) -> None:
+        """Keep a batch's verdicts: an Entry for each that passed."""
+        for p, message in c.refused.items():
+            self._refused[p] = (int(self.entries["dtype"][p]), message)
+        make = tuple.__new__  # Entry's own constructor, without a Python call per entry
+        self._validated.update(zip(c.pos, [make(Entry, fields) for fields in zip(
+            self.keys.names(c.pos), c.descriptions, c.stored_nbytes, c.offset, c.padding_end, c.first_chunk,
+            c.stored)]))
+
+    def _refusal(self, pos: int) -> FormatError:
+        """The error for refused entry ``pos`` (a new one on every use): a
+        file of a newer minor version whose dtype code this package does not
+        know needs a newer lazystore (docs/format.md §14); anything else is
+        corruption."""
+        code, message = self._refused[pos]
         name = self.keys.name(pos)
-        code = small & 0xFF
         if code not in BY_CODE and self.minor is not None and self.minor > fmt.FORMAT_MINOR:
             return UnsupportedVersionError(
                 f"tensor {name!r} has dtype code {code}, which this lazystore does not know: the file is "
                 f"format {fmt.FORMAT_MAJOR}.{self.minor}, newer than the {fmt.FORMAT_MAJOR}.{fmt.FORMAT_MINOR} "
                 "it implements; upgrade lazystore to read it")
-        return FormatError(f"corrupt index: tensor {name!r}: {exc}")
-
-    def _check_place(self, pos: int, offset: int, stored_nbytes: int, previous) -> int:
-        """Where the tensor's bytes lie; returns where its padding ends."""
-        end = offset + stored_nbytes
-        if not self.packed:
-            if end > self.data_end:
-                raise FormatError("data beyond the end of the file")
-            return end
-        if previous is None:
-            expected = self.data_start
-        else:
-            expected = fmt.align_up(previous[0] + previous[1], self.alignment)
-        if offset > self.data_end:
-            raise FormatError("data offset beyond the index")
-        if offset < self.data_start:
-            raise FormatError("data offset before the data region")
-        if offset != expected:
-            raise FormatError("data offset is not where the previous tensor ends")
-        padding_end = fmt.align_up(end, self.alignment)
-        last = pos == self.count - 1
-        if padding_end > self.data_end or (last and padding_end != self.data_end):
-            raise FormatError(f"the index starts at {self.data_end} but the data ends at {padding_end}")
-        return padding_end
+        return FormatError(f"corrupt index: tensor {name!r}: {message}")
 
     @property
     def data_start(self) -> int:
@@ -257,115 +300,23 @@ class Index:
                    unverifiable=unverifiable)
 
 
-def _section_starts(raw: fmt.RawIndex, keys: KeyTable) -> tuple[list[int], list[int]]:
-    """Where each tensor's dims and chunk records start, after checking that
-    the entries account for every dim (rule E6) and chunk record (E14).
+def _check_section_counts(raw: fmt.RawIndex, keys: KeyTable) -> tuple[list[int], list[int]]:
+    """Rules E6 and E14: the entries account for every dim and chunk record.
 
     These are the only entry rules that need every entry, so they are the
-    ones checked on open. Running sums over Python lists: for the few
-    entries of a typical file that beats numpy's per-call cost, and for
-    100,000 entries it still takes milliseconds."""
-    ndim, counts = raw.entries["ndim"].tolist(), raw.entries["chunk_count"].tolist()
-    dims_start = list(accumulate(ndim, initial=0))
-    if dims_start.pop() != len(raw.dims):
-        raise FormatError(f"shapes need {sum(ndim)} dimensions but the index holds {len(raw.dims)}")
-    # Python integers cannot wrap around, whatever the counts claim.
-    chunk_start = list(accumulate(counts, initial=0))
-    if chunk_start.pop() != len(raw.chunks):
+    ones checked on open: sums of Python integers, which cannot wrap
+    around, and cheaper than numpy's reductions over a record field for
+    the few entries of a typical file (for 100,000 they take milliseconds)."""
+    ndims = raw.entries["ndim"].tolist()
+    if sum(ndims) != len(raw.dims):
+        raise FormatError(f"shapes need {sum(ndims)} dimensions but the index holds {len(raw.dims)}")
+    counts = raw.entries["chunk_count"].tolist()
+    if sum(counts) != len(raw.chunks):
         too_many = next((pos for pos, n in enumerate(counts) if n > len(raw.chunks)), None)
         if too_many is not None:
             raise FormatError(f"corrupt index: tensor {keys.name(too_many)!r}: more chunks than the index holds")
         raise FormatError(f"tensors have {sum(counts)} chunks but the index holds {len(raw.chunks)}")
-    return dims_start, chunk_start
-
-
-# -- the rules of one entry, on Python integers -----------------------------------
-
-
-def _ndim(row: list[int]) -> int:
-    """The ndim byte of an entry's words (see ``format.ENTRY_DTYPE``)."""
-    return row[5] >> 16 & 0xFF
-
-
-class _Description(NamedTuple):
-    """What an entry's small fields, sizes and dims describe, once checked."""
-
-    dtype: np.dtype
-    grid: ChunkGrid
-    codec: int
-    planes: int
-    decoded: tuple[int, ...]  # decoded length of each chunk
-
-
-def _describe(small: int, nbytes: int, count: int, extent: int, dims: tuple[int, ...]) -> _Description:
-    """Rules E1-E5 and E7-E13 of an entry whose small fields (dtype, codec,
-    ndim, chunk axis, planes, reserved bytes) are packed in ``small``."""
-    code, codec, ndim, axis, planes = small & 0xFF, small >> 8 & 0xFF, small >> 16 & 0xFF, small >> 24 & 0xFF, \
-        small >> 32 & 0xFF
-    _check_small_fields(code, codec, ndim, axis, planes, small >> 40)
-    dtype = BY_CODE[code].dtype
-    grid = ChunkGrid(dims, dtype.itemsize, axis, extent)
-    _check_shape(grid, nbytes)
-    _check_grid(grid, nbytes, count)
-    return _Description(dtype, grid, codec, planes, tuple(grid.raw_nbytes()))
-
-
-def _check_small_fields(code: int, codec: int, ndim: int, axis: int, planes: int, reserved: int) -> None:
-    """Rules E1-E5 and E10."""
-    if reserved:
-        raise FormatError("reserved entry bytes are not zero")
-    if code not in BY_CODE:
-        raise FormatError(f"unknown dtype code {code}")
-    if codec not in CODECS_BY_ID:
-        raise FormatError("unknown codec")
-    if codec == 0 and planes != 1:
-        raise FormatError("raw tensor with byte planes")
-    if codec == 1 and planes not in (1, BY_CODE[code].dtype.itemsize):
-        raise FormatError("invalid byte plane count")
-    if ndim > MAX_NDIM:
-        raise FormatError(f"more than {MAX_NDIM} dimensions")
-    if axis >= max(ndim, 1):
-        raise FormatError("chunk axis out of range")
-
-
-def _check_shape(grid: ChunkGrid, nbytes: int) -> None:
-    """Rules E7-E9: the size fits, and matches dtype x shape."""
-    if grid.shape and max(grid.shape) >= MAX_SIZE:
-        raise FormatError("dimension too large")
-    elements = math.prod(grid.shape)
-    # Zeros count as ones in the first product, so that no shape overflows
-    # when a reader builds it, even one without elements.
-    spread = elements or math.prod(d or 1 for d in grid.shape)
-    if spread >= MAX_SIZE or elements * grid.itemsize >= MAX_SIZE:
-        raise FormatError("tensor size overflows")
-    if elements * grid.itemsize != nbytes:
-        raise FormatError("byte size does not match dtype x shape")
-
-
-def _check_grid(grid: ChunkGrid, nbytes: int, count: int) -> None:
-    """Rules E11-E13: the chunk grid, and the chunk count it implies."""
-    if nbytes == 0:
-        if grid.extent or grid.axis or count:
-            raise FormatError("empty tensor with chunks")
-        return
-    if not 1 <= grid.extent <= (grid.shape[grid.axis] if grid.shape else 1):
-        raise FormatError("chunk extent out of range")
-    if count != grid.n_chunks:
-        raise FormatError("chunk count does not match the chunk grid")
-
-
-def _check_chunks(described: _Description, stored: tuple[int, ...], limit: int) -> None:
-    """Rules C1-C3 for the tensor's chunk records."""
-    if stored and max(stored) > limit:
-        raise FormatError("chunk lengths add up to more than the file")
-    if described.codec == 0:
-        if stored != described.decoded:
-            raise FormatError("raw chunk length differs from its decoded length")
-        return
-    if stored and min(stored) < 4 * described.planes:
-        raise FormatError("compressed chunk shorter than its plane header")
-    if any(d // MAX_EXPANSION > s for s, d in zip(stored, described.decoded)):
-        raise FormatError("compressed chunk claims an impossible expansion")
+    return ndims, counts
 
 
 def _decode_keys(blob: bytes, count: int) -> KeyTable:

@@ -149,7 +149,7 @@ class ViewBase(abc.ABC, Mapping):
                 self._release()
 
     def _check_open(self) -> None:
-        if self.closed:
+        if self._closed or (self._parent is not None and self._parent.closed):  # self.closed, inlined: per read
             raise ClosedError(f"checkpoint {self.name!r} is closed")
 
     def __enter__(self):

@@ -30,19 +30,24 @@ from lazystore.views.chunk_reader import ChunkReader
 
 __all__ = ["CheckpointView", "TensorSlice"]
 
+RAW_ID = RAW.id
+
 
 class _File:
     """One open file, shared by a view and its selections: the source, its
     validated index and format version, the chunk reader, and what
     verify-on-access has already checked."""
 
-    __slots__ = ("_reader", "index", "lock", "source", "verified", "verify", "version")
+    __slots__ = ("_reader", "in_place", "index", "lock", "source", "verified", "verify", "version")
 
     def __init__(self, source: ByteSource, index: Index, version: tuple, verify: bool):
         self.source = source
         self.index = index
         self.version = version
         self.verify = verify
+        # The mapped file raw tensors are viewed in with no check on access
+        # (None: not mapped, or verifying on access).
+        self.in_place = None if verify else source.mapped()
         if verify:
             self.verified: set[int] = set()  # global ids of raw chunks already checked
             self.lock = threading.Lock()
@@ -76,16 +81,29 @@ class CheckpointView(ViewBase):
             source.close()
             raise
         self._file = _File(source, index, version, verify)
-        # Names to positions: the index's KeyTable, or a dict for a selection.
+        # Names to positions: the index's KeyTable (or, once listed, its
+        # dict: see __iter__), or a dict for a selection.
         self._table = index.keys
+        self._whole = True  # of the whole file, not a selection
+
+    def __iter__(self):
+        names = super().__iter__()
+        keys = self._file.index.keys
+        if self._table is keys:
+            # Listed, so checked for duplicates (rule K3): from now on the
+            # names' plain dict serves lookups, one Python call fewer each.
+            self._table = keys.positions
+        return names
 
     def _selection(self, table: dict) -> CheckpointView:
         sub = CheckpointView.__new__(CheckpointView)
         sub._file = self._file
         sub._table = table
+        sub._whole = False
         return sub
 
     def _release(self) -> None:
+        self._file.in_place = None  # the source's map goes with the last array that uses it
         self._file.source.close()
 
     @property
@@ -115,7 +133,10 @@ class CheckpointView(ViewBase):
     def __getitem__(self, name: str) -> np.ndarray:
         """The whole tensor. Raw, local: a read-only view of the mapped file
         (no copy). Otherwise: a new array, decoded and checked."""
-        entry = self._entry(name)
+        entry = self._file.index.entry(self._lookup(name))
+        mapped, d = self._file.in_place, entry.described
+        if mapped is not None and d.codec == RAW_ID:  # the common case, kept short: ck[name] in a loop
+            return np.ndarray(d.shape, d.dtype, mapped, entry.data_offset)
         raw_view = self._mapped_raw(entry)
         if raw_view is not None:
             return raw_view
@@ -146,10 +167,10 @@ class CheckpointView(ViewBase):
         if not index.checksums_known:
             raise VerificationUnavailableError(
                 f"cannot verify {self.name}: {index.unverifiable or 'it records no checksums'}")
-        names = self._wanted(keys)
+        names, entries = self._named_entries(keys)
         if keys is None:
             index.check_head(file.source, file.version)
-        ok = file.reader.stored_ok_many(self._entries(names))
+        ok = file.reader.stored_ok_many(entries)
         return [n for n, good in zip(names, ok) if not good]
 
     def load(self, keys=None, *, verify: bool = False) -> dict[str, np.ndarray]:
@@ -165,41 +186,46 @@ class CheckpointView(ViewBase):
         of all the tensors are fetched together: neighbouring ranges merged,
         requests sent concurrently.
         """
-        names = self._wanted(keys)
+        names, entries = self._named_entries(keys)
         file = self._file
         reader = file.reader
         verify = verify or file.verify
         private = None
-        outputs, tasks, jobs = {}, [], []
-        for name, entry in zip(names, self._entries(names)):
-            if entry.codec == RAW.id:
+        outputs, decoded, tasks, jobs = {}, [], [], []
+        ndarray = np.ndarray
+        for name, entry in zip(names, entries):
+            d = entry.described
+            if d.codec == RAW_ID:
                 if private is None:
                     private = file.source.private_mapping() or False
                 if private:
                     if verify:
                         tasks.append(partial(reader.check_stored, entry, range(entry.chunk_count)))
-                    data = np.frombuffer(private, dtype=np.uint8, count=entry.nbytes, offset=entry.data_offset)
-                    outputs[name] = (data, entry)
+                    # One numpy call per tensor: a view of the private mapping.
+                    outputs[name] = ndarray(d.shape, d.dtype, private, entry.data_offset)
                     continue
             buf = np.empty(entry.nbytes, dtype=np.uint8)
             jobs += reader.jobs(entry, range(entry.chunk_count), buf, verify)
-            outputs[name] = (buf, entry)
+            outputs[name] = None  # keeps the file's order
+            decoded.append((name, buf, entry))
         if reader.fetching:
             run_all(lambda t: t(), tasks)
             reader.run(jobs)
         else:
             run_all(lambda t: t(), tasks + jobs)  # jobs are tasks too for a mapped source
-        return {n: _as_tensor(buf, entry) for n, (buf, entry) in outputs.items()}
+        for name, buf, entry in decoded:
+            outputs[name] = _as_tensor(buf, entry)
+        return outputs
 
     @property
     def nbytes(self) -> int:
         """Decoded size of the tensors in this view."""
-        return sum(e.nbytes for e in self._entries(self._wanted(None)))
+        return sum(e.nbytes for e in self._named_entries(None)[1])
 
     @property
     def stored_nbytes(self) -> int:
         """Bytes the tensors of this view occupy in the file."""
-        return sum(e.stored_nbytes for e in self._entries(self._wanted(None)))
+        return sum(e.stored_nbytes for e in self._named_entries(None)[1])
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self._table)} tensors"
@@ -210,10 +236,14 @@ class CheckpointView(ViewBase):
     def _entry(self, name: str) -> Entry:
         return self._file.index.entry(self._lookup(name))
 
-    def _entries(self, names: list[str]) -> list[Entry]:
-        """The entries of names known to be in the view, read in bulk."""
+    def _named_entries(self, keys) -> tuple[list[str], list[Entry]]:
+        """The names ``keys`` asks for (as :meth:`_wanted`) and their entries,
+        checked in bulk."""
+        names = self._wanted(keys)
+        if self._whole and keys is None:  # listed in index order: positions 0, 1, 2...
+            return names, self._file.index.entries_of(range(len(names)))
         table = self._table
-        return self._file.index.entries_of(table[n] for n in names)
+        return names, self._file.index.entries_of([table[n] for n in names])
 
     def _read_part(self, entry: Entry, index, picks: list[range]):
         """``get_slice(...)[index]``: only the chunks holding ``picks``."""

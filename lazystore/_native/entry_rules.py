@@ -1,0 +1,208 @@
+"""The rules of one index entry (docs/format.md §13.4), written once.
+
+- What an entry's small fields, sizes and dims describe (E1-E5, E7-E13):
+  :func:`describe`, in Python integers, which cannot overflow. Checkpoints
+  repeat a few descriptions (dtype, shape, grid) many times, so a reader
+  checks each distinct one once.
+- Its chunk records (C1-C3) and its place in the file (L2-L4):
+  :func:`chunk_and_place_rules`, written with plain operators (comparisons,
+  ``+ // *``, ``&`` and ``|`` of truth values) over the entry's fields, so
+  that the same code checks one entry in Python integers (:class:`One`)
+  or a whole batch in numpy arrays (see :mod:`lazystore._native.entry_batch`).
+  Offsets and sizes are untrusted uint64s: each is capped at ``data_end +
+  1`` before two are added, so no uint64 sum wraps, and every comparison
+  with ``data_end`` comes out as it would for the true values.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from lazystore._core.chunking import ChunkGrid
+from lazystore._core.dtypes import BY_CODE
+from lazystore.codecs import CODECS_BY_ID
+from lazystore.errors import FormatError
+
+MAX_NDIM = 64  # numpy's own limit
+# Rules E7/E8: dims, and sizes computed from them, stay below 2**62, so any
+# reader can multiply them in 64-bit integers.
+MAX_SIZE = 1 << 62
+# A zstd frame expands at most 32768-fold (a 4-byte RLE block yields 128 KiB),
+# so a chunk claiming more than this per stored byte is lying.
+MAX_EXPANSION = 1 << 15
+
+
+class Description(NamedTuple):
+    """What an entry's small fields, sizes and dims describe, once checked."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    nbytes: int  # decoded size
+    grid: ChunkGrid
+    codec: int
+    planes: int
+    decoded: tuple[int, ...]  # decoded length of each chunk
+
+
+class Layout(NamedTuple):
+    """Where an index's tensors may lie (rules L2-L4, docs/format.md §6)."""
+
+    packed: bool  # a lazystore file: tensors back to back, aligned, in index order
+    data_start: int
+    data_end: int  # where the index starts (a foreign file: where its data must end)
+    alignment: int
+    count: int  # tensors in the index
+
+
+class Fields(NamedTuple):
+    """The fields of an entry (Python values), or of a batch (numpy arrays,
+    one item per entry), that the chunk and place rules read."""
+
+    offset: object  # data_offset
+    stored_nbytes: object
+    raw: object  # codec 0 (true or false)
+    compressed: object  # codec 1
+    planes: object
+    expected: object  # where the previous tensor's padding ends (entry 0: the data region's start)
+    last: object  # the index's last entry (true or false)
+
+
+def describe(small: int, nbytes: int, count: int, extent: int, dims: tuple[int, ...]) -> Description:
+    """Rules E1-E5 and E7-E13 of an entry whose small fields (dtype, codec,
+    ndim, chunk axis, planes, reserved bytes) are packed in ``small``."""
+    code, codec, ndim, axis, planes = small & 0xFF, small >> 8 & 0xFF, small >> 16 & 0xFF, small >> 24 & 0xFF, \
+        small >> 32 & 0xFF
+    _check_small_fields(code, codec, ndim, axis, planes, small >> 40)
+    dtype = BY_CODE[code].dtype
+    grid = ChunkGrid(dims, dtype.itemsize, axis, extent)
+    _check_shape(grid, nbytes)
+    _check_grid(grid, nbytes, count)
+    return Description(dtype, grid.shape, nbytes, grid, codec, planes, tuple(grid.raw_nbytes()))
+
+
+def _check_small_fields(code: int, codec: int, ndim: int, axis: int, planes: int, reserved: int) -> None:
+    """Rules E1-E5 and E10."""
+    if reserved:
+        raise FormatError("reserved entry bytes are not zero")
+    if code not in BY_CODE:
+        raise FormatError(f"unknown dtype code {code}")
+    if codec not in CODECS_BY_ID:
+        raise FormatError("unknown codec")
+    if codec == 0 and planes != 1:
+        raise FormatError("raw tensor with byte planes")
+    if codec == 1 and planes not in (1, BY_CODE[code].dtype.itemsize):
+        raise FormatError("invalid byte plane count")
+    if ndim > MAX_NDIM:
+        raise FormatError(f"more than {MAX_NDIM} dimensions")
+    if axis >= max(ndim, 1):
+        raise FormatError("chunk axis out of range")
+
+
+def _check_shape(grid: ChunkGrid, nbytes: int) -> None:
+    """Rules E7-E9: the size fits, and matches dtype x shape."""
+    if grid.shape and max(grid.shape) >= MAX_SIZE:
+        raise FormatError("dimension too large")
+    elements = math.prod(grid.shape)
+    # Zeros count as ones in the first product, so that no shape overflows
+    # when a reader builds it, even one without elements.
+    spread = elements or math.prod(d or 1 for d in grid.shape)
+    if spread >= MAX_SIZE or elements * grid.itemsize >= MAX_SIZE:
+        raise FormatError("tensor size overflows")
+    if elements * grid.itemsize != nbytes:
+        raise FormatError("byte size does not match dtype x shape")
+
+
+def _check_grid(grid: ChunkGrid, nbytes: int, count: int) -> None:
+    """Rules E11-E13: the chunk grid, and the chunk count it implies."""
+    if nbytes == 0:
+        if grid.extent or grid.axis or count:
+            raise FormatError("empty tensor with chunks")
+        return
+    if not 1 <= grid.extent <= (grid.shape[grid.axis] if grid.shape else 1):
+        raise FormatError("chunk extent out of range")
+    if count != grid.n_chunks:
+        raise FormatError("chunk count does not match the chunk grid")
+
+
+# -- chunk records (C1-C3) and place in the file (L2-L4) ------------------------------------------
+
+
+def chunk_and_place_rules(e: Fields, chunks, layout: Layout) -> tuple[list, object]:
+    """``(message, broken)`` for rules C1-C3 and L2-L4 in §13.4's order, and
+    where the padding ends, for entries whose description passed.
+
+    ``chunks`` gives the entries' chunk records: ``any(test)`` is whether
+    ``test(stored length, decoded length)`` holds for any chunk of an
+    entry, ``spread(field)`` a field of the entry beside each of its
+    chunks, ``sum_differs(totals)`` whether an entry's stored lengths do
+    not add up to its total (exactly), ``minimum`` the element-wise one.
+    The message of L4 is a function of the entry's exact end."""
+    limit = layout.data_end
+    four_planes = 4 * chunks.spread(e.planes)
+    broken = [
+        ("chunk lengths add up to more than the file", chunks.any(lambda s, d: s > limit)),  # C1
+        ("raw chunk length differs from its decoded length", e.raw & chunks.any(lambda s, d: s != d)),  # C2
+        ("compressed chunk shorter than its plane header",
+         e.compressed & chunks.any(lambda s, d: s < four_planes)),  # C3
+        ("compressed chunk claims an impossible expansion",
+         e.compressed & chunks.any(lambda s, d: d // MAX_EXPANSION > s)),  # C3
+        ("stored size differs from the sum of its chunks", chunks.sum_differs(e.stored_nbytes)),  # L2
+    ]
+    if not layout.packed:
+        end = capped_end(e.offset, e.stored_nbytes, layout, chunks.minimum)
+        return broken + [("data beyond the end of the file", end > limit)], end
+    padding_end = padding_end_of(e.offset, e.stored_nbytes, layout, chunks.minimum)
+    return broken + [
+        ("data offset beyond the index", e.offset > limit),  # L3
+        ("data offset before the data region", e.offset < layout.data_start),  # L3
+        ("data offset is not where the previous tensor ends", e.offset != e.expected),  # L3
+        (lambda end: f"the index starts at {limit} but the data ends at {_align_up(end, layout.alignment)}",
+         (padding_end > limit) | (e.last & (padding_end != limit))),  # L4
+    ], padding_end
+
+
+def capped_end(offset, stored_nbytes, layout: Layout, minimum):
+    """``offset + stored_nbytes``, or more than ``data_end`` when that is."""
+    over = layout.data_end + 1
+    return minimum(offset, over) + minimum(stored_nbytes, over)
+
+
+def padding_end_of(offset, stored_nbytes, layout: Layout, minimum):
+    """Where a tensor's padding ends (rule L3's place of the next one), or
+    more than ``data_end`` when that is."""
+    a = layout.alignment
+    return (minimum(capped_end(offset, stored_nbytes, layout, minimum), layout.data_end + 1) + (a - 1)) // a * a
+
+
+class One:
+    """One entry's chunk records, as :func:`chunk_and_place_rules` reads
+    them, in Python integers."""
+
+    minimum = staticmethod(min)
+
+    def __init__(self, stored: tuple[int, ...], decoded: tuple[int, ...]):
+        self.stored, self.decoded = stored, decoded
+
+    def any(self, test) -> bool:
+        return any(map(test, self.stored, self.decoded))
+
+    def spread(self, field):
+        return field
+
+    def sum_differs(self, total: int) -> bool:
+        return sum(self.stored) != total
+
+
+def first_broken(broken: list, offset: int, stored_nbytes: int) -> str | None:
+    """The message of the first rule one entry breaks, or None."""
+    for message, verdict in broken:
+        if verdict:
+            return message(offset + stored_nbytes) if callable(message) else message
+    return None
+
+
+def _align_up(offset: int, alignment: int) -> int:
+    return -(-offset // alignment) * alignment
