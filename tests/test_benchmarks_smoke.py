@@ -11,7 +11,7 @@ from tests.paths import REPO
 
 # The issue's targets, by their ids in benchmarks.json.
 TARGETS = {
-    "save_durable", "load_all", "read_one", "open_many", "verify", "zstd_load",
+    "save_durable", "save_durable_plain", "load_all", "read_one", "open_many", "verify", "zstd_load",
     "peak_rss", "minilm_fp32", "minilm_bf16", "bg_pause",
 }
 # Informational rows the issue asks for (physical limits and other tools).
