@@ -120,43 +120,6 @@ class Context:
 # -- the measures, in the issue's order -------------------------------------------
 
 
-def save(ctx: Context) -> list[Result]:
-    tensors = ctx.take_checkpoint()
-    n = workloads.nbytes(tensors)
-    f = ctx.files
-    savers = {
-        "lazystore": (anchors.ls_save, "lzy"),
-        "safetensors save_file+fsync": (anchors.durable(anchors.st_save), "st-fsync"),
-        "safetensors save_file": (anchors.st_save, "st"),
-        "torch.save+fsync": (anchors.durable(anchors.torch_save), "pt"),
-        "np.savez+fsync": (anchors.durable(anchors.npz_save), "npz"),
-        "plain write+fsync": (anchors.durable(anchors.plain_write), "bin"),
-    }
-    outputs = [f.scratch(f"save-out.{ext}") for _, ext in savers.values()]
-
-    def clean() -> None:
-        # Every call writes a new file, and no call pays for another's writeback.
-        for path in outputs:
-            path.unlink(missing_ok=True)
-        os.sync()
-
-    cases = {label: partial(fn, tensors, path) for (label, (fn, _)), path in zip(savers.items(), outputs)}
-    t = compare(cases, reps=ctx.scale.reps, setup=clean)
-    clean()
-    size = size_label(n)
-    return [
-        timed("save_durable", f"save {size} raw, durable (fsync)", t, "lazystore", "safetensors save_file+fsync",
-              target=Target("<=", 1.1, "ratio"), nbytes=n,
-              note="lazystore fsyncs the file (and its folder); the anchor is save_file then fsync of the file"),
-        timed("ref_st_save", f"safetensors save_file, {size}, no fsync", t, "safetensors save_file",
-              nbytes=n, earlier="1.10 GB/s"),
-        timed("ref_torch_save", f"torch.save + fsync, {size}", t, "torch.save+fsync", nbytes=n),
-        timed("ref_npz_save", f"np.savez (.npz) + fsync, {size}", t, "np.savez+fsync", nbytes=n),
-        timed("ref_write", f"plain file write + fsync, {size}", t, "plain write+fsync", nbytes=n,
-              earlier="0.9 GB/s"),
-    ]
-
-
 def _resident(load, *args, then=anchors.touch_pages):
     """``load(*args)``, then every page of what it returned is touched."""
 
@@ -569,6 +532,7 @@ def dcp(ctx: Context) -> list[Result]:
 
 # Run order = the issue's order; memcpy right after load, which reads the bytes it copies.
 from .decode import minilm_decode  # noqa: E402 - a cycle: decode builds its rows with this module's helpers
+from .durable import save  # noqa: E402 - the same cycle as decode's
 from .many import many_tensors  # noqa: E402 - the same cycle as decode's
 
 MEASURES = (save, load, memcpy, read_one, open_many, many_tensors, verify, zstd_load, peak_rss, minilm, minilm_decode,

@@ -61,3 +61,21 @@ def compare(
             if round_ >= warmup:
                 samples[name].append(elapsed)
     return {n: Timing(tuple(s)) for n, s in samples.items()}
+
+
+def cpu_time(fn: Callable[[], object], *, reps: int) -> float:
+    """Median CPU time (user + system, all of the process's threads) of one
+    call of ``fn``, after a warm-up call. On a shared machine whose cores
+    other work holds, wall times stretch while CPU time stays: the ratio of
+    two CPU times says how the work compares, and with n free cores a
+    parallel decoder's wall time would approach its CPU time / n."""
+    samples = []
+    for round_ in range(reps + 1):
+        gc.collect()
+        start = time.process_time()
+        result = fn()
+        elapsed = time.process_time() - start
+        del result
+        if round_:
+            samples.append(elapsed)
+    return statistics.median(samples)

@@ -11,7 +11,8 @@ from tests.paths import REPO
 
 # The targets, by their ids in benchmarks.json.
 TARGETS = {
-    "save_durable", "load_all", "read_one", "open_many", "load_many", "read_each_many", "verify", "zstd_load",
+    "save_durable", "save_durable_plain", "load_all", "read_one", "open_many", "load_many", "read_each_many",
+    "verify", "zstd_load",
     "peak_rss", "minilm_fp32", "minilm_bf16", "bg_pause",
     "torch_load_file", "torch_load_keys", "torch_load_model",  # lazystore.torch against safetensors.torch
 }

@@ -35,7 +35,21 @@ def rechunk(pieces: Iterable, sizes: Sequence[int]) -> Iterator[np.ndarray]:
     current = np.empty(0, np.uint8)
     pos = 0  # bytes of ``current`` already used
     seen = 0  # bytes of all pieces so far
+
+    def next_piece() -> np.ndarray:
+        nonlocal seen
+        piece = next(stream, None)
+        if piece is None:
+            raise InvalidInputError(f"the pieces hold {seen} bytes; dtype x shape needs {total}")
+        seen += len(piece)
+        return piece
+
     for n in sizes:
+        while n and pos == len(current):
+            # The piece is used up: a chunk that the next piece holds whole
+            # is a view of it, not a copy (a writer's first chunk of each
+            # window of a large tensor).
+            current, pos = next_piece(), 0
         if len(current) - pos >= n:
             yield current[pos : pos + n]
             pos += n
@@ -44,10 +58,7 @@ def rechunk(pieces: Iterable, sizes: Sequence[int]) -> Iterator[np.ndarray]:
         filled = len(current) - pos
         out[:filled] = current[pos:]
         while filled < n:
-            current = next(stream, None)
-            if current is None:
-                raise InvalidInputError(f"the pieces hold {seen} bytes; dtype x shape needs {total}")
-            seen += len(current)
+            current = next_piece()
             pos = min(n - filled, len(current))
             out[filled : filled + pos] = current[:pos]
             filled += pos

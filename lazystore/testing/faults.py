@@ -2,9 +2,10 @@
 
 SQLite and LevelDB fail the k-th I/O call of an operation, for every k, and
 check what is left afterwards. :class:`SyscallFaults` does that in-process
-for the calls a lazystore save makes: it wraps ``os.write``, ``os.fsync``,
-``os.fdatasync``, ``os.replace`` and ``os.rename``, counts them, and makes
-the k-th raise ``OSError`` with the errno asked for (EIO, ENOSPC, ...)::
+for the calls a lazystore save makes: it wraps ``os.write``, ``os.pwrite``
+(a local save's rewrite of its first bytes), ``os.fsync``, ``os.fdatasync``,
+``os.replace`` and ``os.rename``, counts them, and makes the k-th raise
+``OSError`` with the errno asked for (EIO, ENOSPC, ...)::
 
     with SyscallFaults() as dry:             # count the calls of one save
         ls.save(state, path)
@@ -14,7 +15,7 @@ the k-th raise ``OSError`` with the errno asked for (EIO, ENOSPC, ...)::
                 ls.save(state, path)
         ...  # the previous checkpoint is intact, nothing is left behind
 
-``short_writes=n`` also makes every ``os.write`` write at most ``n`` bytes,
+``short_writes=n`` also makes every ``os.write`` and ``os.pwrite`` write at most ``n`` bytes,
 as a full pipe or a signal would, to prove callers loop over short writes.
 Only one :class:`SyscallFaults` may be active at a time; calls from every
 thread are counted.
@@ -26,7 +27,9 @@ import errno as errnos
 import os
 import threading
 
-CALLS = ("write", "fsync", "fdatasync", "replace", "rename")
+CALLS = ("write", "pwrite", "fsync", "fdatasync", "replace", "rename")
+# The calls that write bytes: ``short_writes`` cuts their data (their second argument).
+WRITES = ("write", "pwrite")
 
 
 class InjectedFault(OSError):
@@ -56,7 +59,7 @@ class SyscallFaults:
         for name in CALLS:
             real = getattr(os, name)
             self._real[name] = real
-            if name in self.calls or (name == "write" and self.short_writes):
+            if name in self.calls or (name in WRITES and self.short_writes):
                 setattr(os, name, self._wrap(name, real))
         return self
 
@@ -77,9 +80,9 @@ class SyscallFaults:
                 if k == self.fail_at:
                     self.failed = (k, name)
                     raise InjectedFault(self.errno, f"{os.strerror(self.errno)} (injected: call {k}, os.{name})")
-            if name == "write" and self.short_writes:
-                fd, data = args
-                return real(fd, memoryview(data)[: self.short_writes])
+            if name in WRITES and self.short_writes:
+                fd, data, *rest = args
+                return real(fd, memoryview(data)[: self.short_writes], *rest)
             return real(*args, **kwargs)
 
         return call

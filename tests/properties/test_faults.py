@@ -12,6 +12,7 @@ import errno
 import json
 import os
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -31,6 +32,15 @@ def state(version: int) -> dict:
         "ids": np.arange(40_000, dtype=np.int32) + version,
         "scale": np.float64(version),
     }
+
+
+def newer_state(version: int) -> dict:
+    """A state with a tensor of a format 1.1 dtype: a local save starts its
+    file as format 1.0 and rewrites the preamble on close (``os.pwrite``)."""
+    return {**state(version), "scales": np.full(16, 2.0**version, ml_dtypes.float8_e8m0fnu)}
+
+
+STATES = {"format-1.0": state, "format-1.1": newer_state}
 
 
 def same(ck, expected: dict) -> bool:
@@ -78,11 +88,12 @@ def published(faults: SyscallFaults) -> bool:
     return "replace" in faults.log[: faults.failed[0] - 1]
 
 
+@pytest.mark.parametrize("version", list(STATES))
 @pytest.mark.parametrize("errnum", ERRNOS, ids=errno.errorcode.get)
 @pytest.mark.parametrize("compression", [None, "zstd"])
-def test_every_failing_call_of_a_save_keeps_the_previous_checkpoint(tmp_path, compression, errnum):
+def test_every_failing_call_of_a_save_keeps_the_previous_checkpoint(tmp_path, compression, errnum, version):
     path = tmp_path / "ck.lzy"
-    old, new = state(1), state(2)
+    old, new = STATES[version](1), STATES[version](2)
     for k, faults in every_fault(lambda: ls.save(old, path, compression=compression),
                                  lambda: ls.save(new, path, compression=compression), errnum):
         held = check_one_of(path, old, new)
@@ -138,13 +149,26 @@ def test_every_failing_call_of_a_safetensors_save_keeps_the_previous_file(tmp_pa
         assert same(ck, state(3))
 
 
+@pytest.mark.parametrize("version", list(STATES))
 @pytest.mark.parametrize("compression", [None, "zstd"])
-def test_short_writes_still_write_every_byte(tmp_path, compression):
+def test_short_writes_still_write_every_byte(tmp_path, compression, version):
     path = tmp_path / "ck.lzy"
-    with SyscallFaults(calls=(), short_writes=4093):
-        ls.save(state(5), path, compression=compression)
+    with SyscallFaults(calls=(), short_writes=7):  # shorter than the 16-byte preamble the head rewrite writes
+        ls.save(STATES[version](5), path, compression=compression)
     with ls.open(path) as ck:
-        assert ck.verify() == [] and same(ck, state(5))
+        assert ck.verify() == [] and same(ck, STATES[version](5))
+
+
+def test_the_head_rewrite_is_a_counted_call(tmp_path):
+    # A save of a format 1.1 dtype rewrites the file's first bytes with
+    # os.pwrite: a call that can fail like any other write, so it is counted.
+    with SyscallFaults() as faults:
+        ls.save(newer_state(1), tmp_path / "ck.lzy")
+    assert faults.log.count("pwrite") == 1
+    assert faults.log.index("pwrite") < faults.log.index("fsync")  # before the file is made durable
+    with SyscallFaults() as faults:
+        ls.save(state(1), tmp_path / "ck.lzy")
+    assert "pwrite" not in faults.log  # a format 1.0 file is right from its first byte
 
 
 def test_a_failing_background_flush_fails_the_save(tmp_path, monkeypatch):
