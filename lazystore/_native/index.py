@@ -31,7 +31,8 @@ from lazystore._core.chunking import ChunkGrid
 from lazystore._core.dtypes import BY_CODE
 from lazystore._core.keys import KeyTable
 from lazystore._native import layout as fmt
-from lazystore.codecs import CODECS_BY_ID
+from lazystore._native.base_ref import BASE_KEY, DELTA_MINOR, parse_base_ref
+from lazystore.codecs import CODECS_BY_ID, DeltaPlanes
 from lazystore.errors import FormatError, UnsupportedVersionError
 
 MAX_NDIM = 64  # numpy's own limit
@@ -46,6 +47,7 @@ MAX_EXPANSION = 1 << 15
 # entry by entry: converting the whole index costs about as much as
 # fetching a 16th of its entries one by one.
 BULK_ENTRIES = 64
+DELTA_CODEC = DeltaPlanes.id
 
 # An entry read as six 64-bit words; the last packs the small fields.
 _ENTRY_SIZE, _CHUNK_SIZE = fmt.ENTRY_DTYPE.itemsize, fmt.CHUNK_DTYPE.itemsize
@@ -120,8 +122,14 @@ class Index:
         # implements, and a newer version's addition in a newer file.
         self.minor = minor
         self.dims_start, self.chunk_start = _section_starts(raw, keys)
+        # A file with delta tensors names its base (docs/format.md §9.3).
+        found = self.system_metadata.get(BASE_KEY)
+        self.base = parse_base_ref(found, "the index") if found is not None else None
+        if self.base is None and self.packed and self.count and (raw.entries["codec"] == DELTA_CODEC).any():
+            raise FormatError(f"delta-coded tensors (codec {DELTA_CODEC}) but no {BASE_KEY} naming their base")
         if self.packed and not self.count and data_end != self.data_start:
             raise FormatError(f"the index starts at {data_end} but an empty file's data ends at {self.data_start}")
+        self.identity: tuple[int, int] | None = None  # (index checksum, length), from a lazystore trailer
         self._validated: dict[int, Entry] = {}
         self._described: dict[tuple, _Description] = {}
 
@@ -179,6 +187,9 @@ class Index:
             described = self._described.get(key)
             if described is None:
                 described = self._described[key] = _describe(small, nbytes, count, extent, dims)
+            if described.codec == DELTA_CODEC and self.minor is not None and self.minor < DELTA_MINOR:
+                raise FormatError(f"codec {DELTA_CODEC} in a format {fmt.FORMAT_MAJOR}.{self.minor} file "
+                                  f"(it is format {fmt.FORMAT_MAJOR}.{DELTA_MINOR})")
             _check_chunks(described, stored, self.data_end)
             if sum(stored) != stored_nbytes:
                 raise FormatError("stored size differs from the sum of its chunks")
@@ -194,10 +205,12 @@ class Index:
         dtype code this package does not know needs a newer lazystore
         (docs/format.md §14); anything else is corruption."""
         name = self.keys.name(pos)
-        code = small & 0xFF
-        if code not in BY_CODE and self.minor is not None and self.minor > fmt.FORMAT_MINOR:
+        code, codec = small & 0xFF, small >> 8 & 0xFF
+        unknown = f"dtype code {code}" if code not in BY_CODE else f"codec {codec}" if codec not in CODECS_BY_ID \
+            else None
+        if unknown and self.minor is not None and self.minor > fmt.FORMAT_MINOR:
             return UnsupportedVersionError(
-                f"tensor {name!r} has dtype code {code}, which this lazystore does not know: the file is "
+                f"tensor {name!r} has {unknown}, which this lazystore does not know: the file is "
                 f"format {fmt.FORMAT_MAJOR}.{self.minor}, newer than the {fmt.FORMAT_MAJOR}.{fmt.FORMAT_MINOR} "
                 "it implements; upgrade lazystore to read it")
         return FormatError(f"corrupt index: tensor {name!r}: {exc}")
@@ -320,7 +333,7 @@ def _check_small_fields(code: int, codec: int, ndim: int, axis: int, planes: int
         raise FormatError("unknown codec")
     if codec == 0 and planes != 1:
         raise FormatError("raw tensor with byte planes")
-    if codec == 1 and planes not in (1, BY_CODE[code].dtype.itemsize):
+    if codec != 0 and planes not in (1, BY_CODE[code].dtype.itemsize):
         raise FormatError("invalid byte plane count")
     if ndim > MAX_NDIM:
         raise FormatError(f"more than {MAX_NDIM} dimensions")
@@ -362,9 +375,11 @@ def _check_chunks(described: _Description, stored: tuple[int, ...], limit: int) 
         if stored != described.decoded:
             raise FormatError("raw chunk length differs from its decoded length")
         return
-    if stored and min(stored) < 4 * described.planes:
+    # A delta chunk (codec 2) of zero bytes is one equal to its base's.
+    kept = [s for s in stored if s] if described.codec == DELTA_CODEC else stored
+    if kept and min(kept) < 4 * described.planes:
         raise FormatError("compressed chunk shorter than its plane header")
-    if any(d // MAX_EXPANSION > s for s, d in zip(stored, described.decoded)):
+    if any(d // MAX_EXPANSION > s for s, d in zip(stored, described.decoded) if s or described.codec != DELTA_CODEC):
         raise FormatError("compressed chunk claims an impossible expansion")
 
 
