@@ -4,8 +4,10 @@ With ``delta=True`` every checkpoint is either a **keyframe** (an ordinary
 file) or a delta file (format 1.2) coded against the **latest keyframe**:
 a star around each keyframe, never a longer chain, so restoring any
 checkpoint reads at most two files. (A checkpoint rebased at retention may
-be a delta against a later keyframe: a base need not be older.) A new keyframe is written every
-``keyframe_every`` saves (the keyframe counting as the first). Measured on
+be a delta against a later keyframe: a base need not be older.) A new
+keyframe is written when one more delta would likely cost more per
+checkpoint than starting afresh (:func:`keyframe_pays`), and at the latest
+every ``keyframe_every`` saves (the keyframe counting as one). Measured on
 a real fine-tune (docs/training.md, "Delta checkpoints"): a delta against
 the keyframe grows with its distance from it, while a chain of deltas
 against the previous checkpoint is smaller but makes a restore walk the
@@ -23,6 +25,7 @@ no listed delta without its base.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from lazystore import api
@@ -39,21 +42,41 @@ def base_of(path: Path) -> str | None:
 
 def choose_base(mgr, step: int) -> Path | None:
     """The keyframe a new checkpoint of ``step`` is to be a delta against,
-    or None when it is to be a keyframe itself."""
+    or None when it is to be a keyframe itself: the first checkpoint, one
+    saved out of order, one ``keyframe_every`` saves after the keyframe, or
+    one whose delta would likely cost more than starting afresh (see
+    :func:`keyframe_pays`)."""
     steps = [s for s in mgr.steps() if s != step]
     if not steps or steps[-1] > step:
-        return None  # the first checkpoint, or one saved out of order: a keyframe
+        return None
     latest = steps[-1]
     base = mgr._base_name(latest)
     keyframe = mgr.path(latest).name if base is None else base
     first = next((s for s in steps if mgr.path(s).name == keyframe), None)
     if first is None:
         return None  # the base is no checkpoint of this folder's: start afresh
-    # Saves since the keyframe, the keyframe included (not older checkpoints rebased onto it).
-    since = sum(1 for s in steps if s >= first and (s == first or mgr._base_name(s) == keyframe))
-    if since >= mgr.keyframe_every:
+    # Deltas saved since the keyframe (not older checkpoints rebased onto it).
+    deltas = [s for s in steps if s > first and mgr._base_name(s) == keyframe]
+    if len(deltas) + 1 >= mgr.keyframe_every:
         return None
-    return mgr.directory / keyframe
+    sizes = [os.path.getsize(mgr.path(s)) for s in (first, *deltas)]
+    return None if keyframe_pays(sizes) else mgr.directory / keyframe
+
+
+def keyframe_pays(sizes: list[int]) -> bool:
+    """Is a new keyframe cheaper in the long run than one more delta?
+    ``sizes``: the current keyframe's file, then its deltas in order.
+
+    A delta against the keyframe grows with the distance (the weights drift
+    further from it), so each period (a keyframe and its deltas) costs its
+    keyframe once and ever larger deltas. The average cost per checkpoint of
+    the period is lowest when the period ends as its next delta would cost
+    more than the average so far, which the last delta predicts. A frozen
+    model, whose deltas stay tiny, then never pays for a new keyframe; a
+    fast-moving one pays for one soon."""
+    if len(sizes) < 2:
+        return False
+    return sizes[-1] * len(sizes) >= sum(sizes)
 
 
 def rewrite(mgr, step: int, base: Path | None) -> None:

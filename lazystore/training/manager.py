@@ -38,9 +38,11 @@ from lazystore.training import background, chains, tree
 log = logging.getLogger("lazystore")
 MANAGER_KEY = "__lazystore_manager__"
 MANAGER_VERSION = 1
-# Measured on a real fine-tune (docs/training.md, "Delta checkpoints"): a keyframe
-# and three deltas against it.
-DEFAULT_KEYFRAME_EVERY = 4
+# The most saves per keyframe (the keyframe and its deltas): the keyframe is
+# rewritten sooner when that costs less (chains.keyframe_pays). A bound
+# keeps the checkpoints that one damaged keyframe takes down, and the work
+# of rebasing them at retention, bounded.
+DEFAULT_KEYFRAME_EVERY = 16
 _FILE = re.compile(r"step-(\d{12,})\.lzy")
 
 
@@ -67,8 +69,9 @@ class CheckpointManager:
     ``delta=True`` stores checkpoints as keyframes and delta files (format
     1.2) against the latest keyframe: unchanged tensors cost nothing, and
     changed ones their lossless difference when that is at least 10%
-    smaller. A keyframe is written every ``keyframe_every`` saves, so a
-    restore reads at most two files. Retention never deletes a base that a
+    smaller. A new keyframe is written when the deltas have grown so that
+    one costs more than starting afresh, and at the latest every
+    ``keyframe_every`` saves; a restore reads at most two files. Retention never deletes a base that a
     kept checkpoint needs: such checkpoints are rewritten first (against
     the newest kept keyframe, or as a keyframe), atomically. Every
     checkpoint still opens with :func:`lazystore.open` and the command line.

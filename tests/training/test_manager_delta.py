@@ -137,3 +137,21 @@ def test_a_frozen_base_with_changing_adapters_costs_about_one_checkpoint(tmp_pat
 def test_bad_delta_arguments(tmp_path, bad):
     with pytest.raises(ls.InvalidInputError):
         ls.CheckpointManager(tmp_path, **bad)
+
+
+def test_keyframe_pays_once_the_next_delta_costs_more_than_the_average():
+    from lazystore.training.chains import keyframe_pays
+
+    assert not keyframe_pays([100])
+    assert not keyframe_pays([100, 10, 10, 10])  # a frozen model: deltas stay small
+    assert not keyframe_pays([100, 50, 60])  # 60 per checkpoint is still under the average, 70
+    assert keyframe_pays([100, 50, 60, 70])  # 70 is the average: a new period costs less from here
+
+
+def test_drifting_weights_get_keyframes_before_keyframe_every(tmp_path):
+    w = np.random.default_rng(2).standard_normal((256, 1024)).astype(np.float32)
+    mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=100)
+    for step in range(12):
+        # Drifting ever further from the start: a delta against an old keyframe grows.
+        mgr.save(step, {"w": (w * np.float32(1 + 2e-3 * step) + np.float32(1e-3 * step)).astype(np.float32)})
+    assert 2 <= list(base_names(mgr).values()).count(None) < 12
