@@ -130,6 +130,9 @@ class SpecFile:
                 raise SpecVersionError(f"file is format {major}.{minor} and uses dtype code {code}, unknown to "
                                        f"this {major}.{self.reader_minor} reader; a newer reader is needed")
             require(code in self.codes, "E2")
+            if codec not in (0, 1) and minor > self.reader_minor:  # section 14 and E3: a newer minor's codec
+                raise SpecVersionError(f"file is format {major}.{minor} and uses codec {codec}, unknown to "
+                                       f"this {major}.{self.reader_minor} reader; a newer reader is needed")
             require(codec in (0, 1), "E3")
             item = DTYPES[code].itemsize
             require(planes == 1 or (codec == 1 and planes == item), "E4")
@@ -592,6 +595,15 @@ def test_a_1_0_reader_refuses_a_1_1_file_and_says_why():
     with pytest.raises(SpecVersionError, match=r"format 1\.1 and uses dtype code 18.*newer reader"):
         SpecFile(DATA / "golden_v1_1.lzy", reader_minor=0)
     with SpecFile(DATA / "golden_v1.lzy", reader_minor=0) as f:  # while 1.0 files stay its own
+        f.verify()
+
+
+def test_a_1_1_reader_refuses_a_1_2_delta_file_and_says_why():
+    # This reader implements 1.1 (delta files, codec 2, are 1.2): it must
+    # say that a newer reader is needed, not that the file is corrupt.
+    with pytest.raises(SpecVersionError, match=r"format 1\.2 and uses codec 2.*newer reader"):
+        SpecFile(DATA / "golden_v1_2.lzy")
+    with SpecFile(DATA / "golden_v1_2_base.lzy") as f:  # its base is an ordinary file
         f.verify()
 
 
