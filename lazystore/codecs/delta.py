@@ -46,12 +46,16 @@ def zigzag_difference(new: np.ndarray, base: np.ndarray, word: int) -> np.ndarra
 
 def add_zigzag_into(out: np.ndarray, zigzag: np.ndarray, word: int) -> None:
     """``out += unzigzag(zigzag)`` word by word, modulo 2^(8 word): undoes
-    :func:`zigzag_difference` given the base's bytes in ``out``."""
+    :func:`zigzag_difference` given the base's bytes in ``out``. ``zigzag``
+    is overwritten (in place: no temporary the size of a chunk)."""
     t = _UINT[word]
     z = zigzag.view(t)
-    s = (z >> t(1)) ^ (t(0) - (z & t(1)))
+    sign = z & t(1)
+    np.negative(sign, out=sign)  # 0 or all ones (unsigned negation wraps)
+    np.right_shift(z, t(1), out=z)
+    np.bitwise_xor(z, sign, out=z)  # z is now the signed difference, as unsigned bits
     view = out.view(t)
-    np.add(view, s, out=view)
+    np.add(view, z, out=view)
 
 
 @dataclass(frozen=True)
