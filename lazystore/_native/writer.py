@@ -54,6 +54,11 @@ class Writer(CloseOrAbort):
     ``path`` may be an object-store URL (``s3://``, ``gs://``, ``az://``, and
     ``memory://``), with ``storage_options`` for its fsspec filesystem: the
     object appears when its upload completes, and an error cancels it.
+
+    ``base`` (a local lazystore file in the same folder as ``path``) makes
+    the file a delta file (format 1.2): tensors the base holds with the same
+    name, dtype and shape are coded against it (see
+    :mod:`lazystore._native.delta_writer`).
     """
 
     def __init__(
@@ -249,6 +254,12 @@ class Writer(CloseOrAbort):
         if self._base is not None:
             self._base.close()
 
+
+    @property
+    def base_file(self) -> str | None:
+        """The file name of the base the file names (once closed): None
+        unless a tensor was delta-coded against ``base``."""
+        return self._base.ref.file if self._base is not None and self._base.used else None
 
     # -- internals -------------------------------------------------------------
 

@@ -90,7 +90,7 @@ def rewrite(mgr, step: int, base: Path | None) -> None:
             w.system_metadata.update(system)
             for name in ck:
                 w.add(name, ck[name])  # one tensor at a time, decoded through the chain
-    mgr._forget(step)
+    mgr._rewritten(step, w.base_file)
 
 
 def rebase_dependents(mgr, gone: list[int], keep: set[int]) -> None:

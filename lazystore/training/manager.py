@@ -147,7 +147,9 @@ class CheckpointManager:
                 self._writing = None  # durable now, or failed (leaving what was there)
             with self._lock:
                 # The new checkpoint is durable: only now may older ones go.
-                self._metrics_cache[step] = (_stat_key(path), metrics)
+                key = _stat_key(path)
+                self._metrics_cache[step] = (key, metrics)
+                self._base_cache[step] = (key, writer.base_file)  # retention need not reopen it
                 self._apply_retention()
             return path
 
@@ -272,6 +274,11 @@ class CheckpointManager:
     def _forget(self, step: int) -> None:
         self._metrics_cache.pop(step, None)
         self._base_cache.pop(step, None)
+
+    def _rewritten(self, step: int, base_file: str | None) -> None:
+        """Checkpoint ``step`` was written again, against ``base_file``."""
+        self._forget(step)
+        self._base_cache[step] = (_stat_key(self.path(step)), base_file)
 
     def _prepare_delta(self, step: int) -> Path | None:
         """The base for a new checkpoint of ``step`` (None: a keyframe), after
