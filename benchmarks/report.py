@@ -56,10 +56,11 @@ def _grid(header: list[str], rows: list[list[str]]) -> str:
 def table(results: list[Result]) -> str:
     """The targets (lazystore vs anchor, same run), then the informational rows."""
     targets = [r for r in results if r.target is not None]
-    others = [r for r in results if r.target is None and r.group not in ("remote", "dcp", "background")]
+    others = [r for r in results if r.target is None and r.group not in ("remote", "dcp", "background", "delta")]
     remote = [r for r in results if r.group == "remote"]
     dcp = [r for r in results if r.group == "dcp"]
     background = [r for r in results if r.group == "background"]
+    delta = [r for r in results if r.group == "delta" and r.target is None]
     main = _grid(
         ["measure", "lazystore", "anchor", "ratio", "target", "result"],
         [[f"{r.title} (vs {r.anchor_label})", figure(r, r.ours), figure(r, r.anchor),
@@ -80,7 +81,16 @@ def table(results: list[Result]) -> str:
         text += "\n" + dcp_table(dcp) + "\n"
     if background:
         text += "\n" + background_table(background) + "\n"
+    if delta:
+        text += "\n" + delta_table(delta) + "\n"
     return text
+
+
+def delta_table(rows: list[Result]) -> str:
+    """Delta checkpoints (no target): other ways to store the series, over standalone zstd."""
+    return _grid(["delta checkpoints (no target)", "stored", "standalone zstd", "ratio"],
+                 [[r.title, figure(r, r.ours), figure(r, r.anchor), f"{r.ratio:.3f}" if r.ratio is not None else ""]
+                  for r in rows])
 
 
 def background_table(rows: list[Result]) -> str:

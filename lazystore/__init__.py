@@ -7,6 +7,7 @@ from lazystore._native.writer import Writer
 from lazystore.api import load, open, save
 from lazystore.codecs import ZstdPlanes
 from lazystore.errors import (
+    BaseCheckpointError,
     CheckpointNotFoundError,
     ChecksumError,
     ClosedError,
@@ -32,6 +33,7 @@ __version__ = "0.1.0"
 FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
 
 __all__ = [
+    "BaseCheckpointError",
     "CheckpointManager",
     "CheckpointNotFoundError",
     "CheckpointView",

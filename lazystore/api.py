@@ -58,7 +58,7 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None, 
 
 def save(obj, path, *, compression=None, compression_level: int | None = None,
          metadata: Mapping | None = None, storage_options: Mapping | None = None,
-         max_shard_size: int | None = None, blocking: bool = True, **writer_options):
+         max_shard_size: int | None = None, blocking: bool = True, base=None, **writer_options):
     """Write a checkpoint atomically: a flat mapping of names to arrays, or any
     nested training state.
 
@@ -76,6 +76,15 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
 
     ``writer_options`` are :class:`Writer`'s (``alignment``, ``chunk_bytes``).
 
+    With ``base`` (an earlier checkpoint, a lazystore file in the same folder
+    as ``path``), the file is a *delta checkpoint* (format 1.2): each tensor
+    the base holds with the same name, dtype and shape is stored as nothing
+    if unchanged, or as its lossless difference from the base's when that
+    is at least 10% smaller than storing it alone. The file names its base
+    and records its identity; opening it reads the base as needed, and a
+    base that is missing or was replaced raises BaseCheckpointError. See
+    docs/format.md §9.3 and docs/training.md, "Delta checkpoints".
+
     With ``max_shard_size`` (bytes), ``path`` is a local folder: the tensors
     go into shards ``model-00001-of-0000N-<save id>.lzy`` of at most that size (a
     bigger tensor gets a shard of its own) plus ``lazystore.index.json``,
@@ -90,13 +99,15 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     if nobody has seen it. See docs/training.md, "Background saves".
     """
     if max_shard_size is not None:
-        if storage_options is not None:
-            from lazystore.errors import InvalidInputError
+        from lazystore.errors import InvalidInputError
 
+        if storage_options is not None:
             raise InvalidInputError("sharded saves go to a local folder, not a URL")
+        if base is not None:
+            raise InvalidInputError("a sharded save cannot be a delta against a base")
         writer = partial(ShardedWriter, max_shard_size=max_shard_size)
     else:
-        writer = partial(Writer, storage_options=storage_options)
+        writer = partial(Writer, storage_options=storage_options, base=base)
     open_writer = partial(writer, path, compression=compression, compression_level=compression_level,
                           metadata=metadata, **writer_options)
     future = background.DEFAULT.save(obj, open_writer, _fill, blocking=blocking)

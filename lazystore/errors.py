@@ -35,6 +35,12 @@ class ChecksumError(FormatError):
         self.actual = actual
 
 
+class BaseCheckpointError(FormatError):
+    """The base of a delta checkpoint (format 1.2) is missing, cannot be
+    read, or is not the file the delta was coded against (replaced or
+    rewritten since). The message names the base file."""
+
+
 class VerificationUnavailableError(LazyStoreError):
     """``verify()`` of a file that records no checksums (a safetensors file
     lazystore did not write): nothing says what its bytes should be."""

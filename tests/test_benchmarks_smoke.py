@@ -15,6 +15,7 @@ TARGETS = {
     "verify", "zstd_load",
     "peak_rss", "minilm_fp32", "minilm_bf16", "bg_pause",
     "torch_load_file", "torch_load_keys", "torch_load_model",  # lazystore.torch against safetensors.torch
+    "delta_series_1", "delta_frozen", "delta_save", "delta_restore",
 }
 # Informational rows the issue asks for (physical limits and other tools).
 REFERENCES = {
@@ -26,6 +27,8 @@ REFERENCES = {
 REMOTE = {f"remote_{v}_{what}" for v in ("raw", "zstd") for what in ("bytes", "requests", "time")}
 # torch.distributed.checkpoint through lazystore.dcp against FileSystemWriter/Reader.
 DCP = {f"dcp_{what}_{v}" for v in ("raw", "zstd") for what in ("save", "load", "size", "one_bytes")}
+# Delta checkpoints: the series stored other ways, and with the AdamW moments (quick: every step only).
+DELTA = {"delta_series_1_chain", "delta_series_1_first", "delta_series_1_adamw"}
 # Background saves: pauses, a real training loop's step time, thread vs process writers, memory.
 BACKGROUND = {
     "bg_pause_vs_memcpy", "bg_durable", "bg_dcp_async_pause", "bg_dcp_async_durable", "bg_train_overhead",
@@ -52,7 +55,7 @@ def test_quick_benchmark_run(tmp_path):
     assert report["mode"] == "quick"
     assert report["machine"]["cores"] and report["machine"]["versions"]["numpy"]
     rows = {r["name"]: r for r in report["results"]}
-    expected = TARGETS | REFERENCES | REMOTE | DCP | BACKGROUND
+    expected = TARGETS | REFERENCES | REMOTE | DCP | BACKGROUND | DELTA
     assert expected <= set(rows), sorted(expected - set(rows))
 
     for name in TARGETS:

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from lazystore._native.entry_rules import (
+    DELTA_CODEC,
     Description,
     Fields,
     Layout,
@@ -81,7 +82,8 @@ def check_batch(sections: Sections, layout: Layout, pos: np.ndarray, described: 
     previous = sections.words[np.maximum(pos - 1, 0)]
     expected = np.where(pos > 0, padding_end_of(previous[:, OFFSET], previous[:, STORED], layout, np.minimum),
                         _U64(layout.data_start))
-    fields = Fields(rows[:, OFFSET], rows[:, STORED], raw, ~raw, table.planes[desc_of], expected,
+    delta = table.delta[desc_of]
+    fields = Fields(rows[:, OFFSET], rows[:, STORED], raw, ~raw, delta, ~delta, table.planes[desc_of], expected,
                     pos == layout.count - 1)
     broken, padding_end = chunk_and_place_rules(fields, chunks, layout)
     masks = np.vstack([~table.ok[desc_of]] + [verdict for _, verdict in broken])  # a row per rule, in order
@@ -124,8 +126,8 @@ def check_one(layout: Layout, pos: int, row: tuple, dims: tuple, stored: tuple, 
     if not isinstance(d, Description):
         return Checked([], [], [], [], [], [], [], {pos: str(d)})
     expected = layout.data_start if previous is None else padding_end_of(previous[0], previous[1], layout, min)
-    raw = d.codec == 0
-    fields = Fields(offset, stored_nbytes, raw, not raw, d.planes, expected, pos == layout.count - 1)
+    raw, delta = d.codec == 0, d.codec == DELTA_CODEC
+    fields = Fields(offset, stored_nbytes, raw, not raw, delta, not delta, d.planes, expected, pos == layout.count - 1)
     broken, padding_end = chunk_and_place_rules(fields, One(stored, d.decoded), layout)
     message = first_broken(broken, offset, stored_nbytes)
     if message is not None:
@@ -247,6 +249,7 @@ class _DescriptionTable(NamedTuple):
 
     ok: np.ndarray  # bool: the description passed
     raw: np.ndarray  # bool: codec 0
+    delta: np.ndarray  # bool: codec 2
     planes: np.ndarray  # uint64
     decoded_at: np.ndarray  # int64: where its chunks' decoded lengths start in ``decoded``
     decoded: np.ndarray  # uint64, every description's decoded lengths, then a 0
@@ -258,6 +261,7 @@ class _DescriptionTable(NamedTuple):
         decoded_at = np.cumsum([0] + [len(x) for x in lists])
         return cls(np.array([d is not None for d in good], bool),
                    np.array([bool(d) and d.codec == 0 for d in good], bool),
+                   np.array([bool(d) and d.codec == DELTA_CODEC for d in good], bool),
                    np.array([d.planes if d else 0 for d in good], _U64), decoded_at[:-1],
                    np.fromiter(chain(chain.from_iterable(lists), (0,)), _U64, int(decoded_at[-1]) + 1))
 

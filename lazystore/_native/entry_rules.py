@@ -23,7 +23,7 @@ import numpy as np
 
 from lazystore._core.chunking import ChunkGrid
 from lazystore._core.dtypes import BY_CODE
-from lazystore.codecs import CODECS_BY_ID
+from lazystore.codecs import CODECS_BY_ID, DeltaPlanes
 from lazystore.errors import FormatError
 
 MAX_NDIM = 64  # numpy's own limit
@@ -33,6 +33,7 @@ MAX_SIZE = 1 << 62
 # A zstd frame expands at most 32768-fold (a 4-byte RLE block yields 128 KiB),
 # so a chunk claiming more than this per stored byte is lying.
 MAX_EXPANSION = 1 << 15
+DELTA_CODEC = DeltaPlanes.id
 
 
 class Description(NamedTuple):
@@ -55,6 +56,7 @@ class Layout(NamedTuple):
     data_end: int  # where the index starts (a foreign file: where its data must end)
     alignment: int
     count: int  # tensors in the index
+    old_minor: int | None = None  # the file's minor version where it predates codec 2 (rule C4), else None
 
 
 class Fields(NamedTuple):
@@ -64,7 +66,9 @@ class Fields(NamedTuple):
     offset: object  # data_offset
     stored_nbytes: object
     raw: object  # codec 0 (true or false)
-    compressed: object  # codec 1
+    compressed: object  # codec 1 or 2
+    delta: object  # codec 2: a chunk of no bytes is one equal to the base's
+    strict: object  # not codec 2: every compressed chunk holds its plane header
     planes: object
     expected: object  # where the previous tensor's padding ends (entry 0: the data region's start)
     last: object  # the index's last entry (true or false)
@@ -93,7 +97,7 @@ def _check_small_fields(code: int, codec: int, ndim: int, axis: int, planes: int
         raise FormatError("unknown codec")
     if codec == 0 and planes != 1:
         raise FormatError("raw tensor with byte planes")
-    if codec == 1 and planes not in (1, BY_CODE[code].dtype.itemsize):
+    if codec != 0 and planes not in (1, BY_CODE[code].dtype.itemsize):
         raise FormatError("invalid byte plane count")
     if ndim > MAX_NDIM:
         raise FormatError(f"more than {MAX_NDIM} dimensions")
@@ -142,13 +146,16 @@ def chunk_and_place_rules(e: Fields, chunks, layout: Layout) -> tuple[list, obje
     The message of L4 is a function of the entry's exact end."""
     limit = layout.data_end
     four_planes = 4 * chunks.spread(e.planes)
+    strict = chunks.spread(e.strict)
     broken = [
         ("chunk lengths add up to more than the file", chunks.any(lambda s, d: s > limit)),  # C1
         ("raw chunk length differs from its decoded length", e.raw & chunks.any(lambda s, d: s != d)),  # C2
         ("compressed chunk shorter than its plane header",
-         e.compressed & chunks.any(lambda s, d: s < four_planes)),  # C3
+         e.compressed & chunks.any(lambda s, d: (s < four_planes) & ((s != 0) | strict))),  # C3
         ("compressed chunk claims an impossible expansion",
-         e.compressed & chunks.any(lambda s, d: d // MAX_EXPANSION > s)),  # C3
+         e.compressed & chunks.any(lambda s, d: (d // MAX_EXPANSION > s) & ((s != 0) | strict))),  # C3
+        (f"codec {DELTA_CODEC} in a format 1.{layout.old_minor} file (it is format 1.2)",
+         e.delta & (layout.old_minor is not None)),  # C4
         ("stored size differs from the sum of its chunks", chunks.sum_differs(e.stored_nbytes)),  # L2
     ]
     if not layout.packed:

@@ -34,7 +34,9 @@ from lazystore._core.dtypes import BY_CODE
 from lazystore._core.keys import KeyTable
 from lazystore._native import entry_batch, entry_rules
 from lazystore._native import layout as fmt
-from lazystore._native.entry_rules import Description
+from lazystore._native.base_ref import BASE_KEY, DELTA_MINOR, parse_base_ref
+from lazystore._native.entry_rules import DELTA_CODEC, Description
+from lazystore.codecs import CODECS_BY_ID
 from lazystore.errors import FormatError, UnsupportedVersionError
 
 # An entry read as six 64-bit words; the last packs the small fields.
@@ -150,13 +152,21 @@ class Index:
         self.minor = minor
         # Each entry's ndim and chunk count, as checked (Python lists).
         self._ndims, self._counts = _check_section_counts(raw, keys)
+        # A file with delta tensors names its base (docs/format.md §9.3).
+        found = self.system_metadata.get(BASE_KEY)
+        self.base = parse_base_ref(found, "the index") if found is not None else None
+        if self.base is None and self.packed and self.count and (raw.entries["codec"] == DELTA_CODEC).any():
+            raise FormatError(f"delta-coded tensors (codec {DELTA_CODEC}) but no {BASE_KEY} naming their base")
         if self.packed and not self.count and data_end != self.data_start:
             raise FormatError(f"the index starts at {data_end} but an empty file's data ends at {self.data_start}")
+        self.identity: tuple[int, int] | None = None  # (index checksum, length), from a lazystore trailer
         self._validated: dict[int, Entry] = {}
-        self._refused: dict[int, tuple[int, str]] = {}  # position -> (dtype code, message)
+        self._refused: dict[int, tuple[int, int, str]] = {}  # position -> (dtype code, codec, message)
         self._described: dict[tuple, object] = {}  # see entry_batch.check_batch
         self._run = FIRST_RUN
-        self._layout = entry_rules.Layout(self.packed, self.data_start, data_end, self.alignment, self.count)
+        old_minor = minor if minor is not None and minor < DELTA_MINOR else None
+        self._layout = entry_rules.Layout(self.packed, self.data_start, data_end, self.alignment, self.count,
+                                          old_minor)
         # Made on first use (see _batch_sections): opening costs nothing per entry.
         self._sections: entry_batch.Sections | None = None
         self._checked: np.ndarray | None = None  # per entry: validated or refused, for batches
@@ -248,7 +258,7 @@ class Index:
     def _take(self, c: entry_batch.Checked) -> None:
         """Keep a batch's verdicts: an Entry for each that passed."""
         for p, message in c.refused.items():
-            self._refused[p] = (int(self.entries["dtype"][p]), message)
+            self._refused[p] = (int(self.entries["dtype"][p]), int(self.entries["codec"][p]), message)
         make = tuple.__new__  # Entry's own constructor, without a Python call per entry
         self._validated.update(zip(c.pos, [make(Entry, fields) for fields in zip(
             self.keys.names(c.pos), c.descriptions, c.stored_nbytes, c.offset, c.padding_end, c.first_chunk,
@@ -259,11 +269,13 @@ class Index:
         file of a newer minor version whose dtype code this package does not
         know needs a newer lazystore (docs/format.md §14); anything else is
         corruption."""
-        code, message = self._refused[pos]
+        code, codec, message = self._refused[pos]
         name = self.keys.name(pos)
-        if code not in BY_CODE and self.minor is not None and self.minor > fmt.FORMAT_MINOR:
+        unknown = f"dtype code {code}" if code not in BY_CODE else f"codec {codec}" if codec not in CODECS_BY_ID \
+            else None
+        if unknown and self.minor is not None and self.minor > fmt.FORMAT_MINOR:
             return UnsupportedVersionError(
-                f"tensor {name!r} has dtype code {code}, which this lazystore does not know: the file is "
+                f"tensor {name!r} has {unknown}, which this lazystore does not know: the file is "
                 f"format {fmt.FORMAT_MAJOR}.{self.minor}, newer than the {fmt.FORMAT_MAJOR}.{fmt.FORMAT_MINOR} "
                 "it implements; upgrade lazystore to read it")
         return FormatError(f"corrupt index: tensor {name!r}: {message}")

@@ -28,11 +28,15 @@ from lazystore.errors import FormatError, UnsupportedVersionError
 MAGIC = b"\x89LZY\r\n\x1a\n"  # like PNG's: catches 7-bit and newline mangling
 FORMAT_MAJOR = 1
 # The newest minor version this package reads and writes (1.1 added dtype
-# codes 18-22). A writer writes the oldest minor its file needs: BASE_MINOR
-# unless a tensor's dtype is newer (docs/format.md §14), so a file that an
+# codes 18-22, 1.2 codec 2: tensors stored as deltas against a base file).
+# A writer writes the oldest minor its file needs: BASE_MINOR unless a
+# tensor's dtype or codec is newer (docs/format.md §14), so a file that an
 # older 1.x reader can read also says it is for that reader.
-FORMAT_MINOR = 1
+FORMAT_MINOR = 2
 BASE_MINOR = 0
+# The newest minor a file without delta tensors can need (its dtypes'):
+# what an upload, which cannot rewrite its preamble, states.
+DTYPE_MINOR = 1
 DEFAULT_ALIGNMENT = 64  # tensor data starts here so mmap'd views are aligned
 MAX_INDEX_BYTES = 1 << 30  # refuse absurd indexes before allocating them
 TAIL_READ_BYTES = 64 << 10  # one read of the tail usually holds the whole index

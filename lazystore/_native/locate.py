@@ -48,6 +48,8 @@ def read_index(source, tail: tuple[int, memoryview] | None = None) -> tuple[Inde
         buf = source.read(trailer.index_offset, trailer.index_offset + trailer.index_length)
     check(buf, trailer.index_checksum, "index")
     index = Index.parse(buf, trailer.index_offset, trailer.minor)
+    # What a delta file records of its base (docs/format.md §9.3).
+    index.identity = (trailer.index_checksum, trailer.index_length)
     version = (trailer.major, trailer.minor)
     if head_version is not None:
         fmt.check_preamble(tail, index.data_start, version, head_version)

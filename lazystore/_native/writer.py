@@ -26,6 +26,8 @@ from lazystore._core.dtypes import DtypeSpec, spec_for
 from lazystore._core.parallel import run_all, start_all
 from lazystore._core.rechunk import rechunk
 from lazystore._native import layout as fmt
+from lazystore._native.base_ref import BASE_KEY, DELTA_MINOR
+from lazystore._native.delta_writer import DeltaBase
 from lazystore.codecs import RAW, codec_for
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.sinks import CloseOrAbort, open_sink
@@ -52,6 +54,11 @@ class Writer(CloseOrAbort):
     ``path`` may be an object-store URL (``s3://``, ``gs://``, ``az://``, and
     ``memory://``), with ``storage_options`` for its fsspec filesystem: the
     object appears when its upload completes, and an error cancels it.
+
+    ``base`` (a local lazystore file in the same folder as ``path``) makes
+    the file a delta file (format 1.2): tensors the base holds with the same
+    name, dtype and shape are coded against it (see
+    :mod:`lazystore._native.delta_writer`).
     """
 
     def __init__(
@@ -64,6 +71,7 @@ class Writer(CloseOrAbort):
         alignment: int = fmt.DEFAULT_ALIGNMENT,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         storage_options: Mapping | None = None,
+        base=None,
     ):
         if alignment < 8 or alignment > (1 << 30) or alignment & (alignment - 1):
             raise InvalidInputError(f"alignment must be a power of two between 8 and 2**30, got {alignment}")
@@ -86,8 +94,16 @@ class Writer(CloseOrAbort):
         self._dims: list[int] = []
         self._chunk_lengths: list[int] = []
         self._chunk_checksums: list[int] = []
+        # The file tensors may be coded against (format 1.2), opened before
+        # the target so that a bad base leaves nothing behind.
+        self._base = DeltaBase(base, path, compression_level) if base is not None else None
         # A sink dropped unfinished (with this writer) discards what it holds.
-        self._sink = open_sink(path, storage_options)
+        try:
+            self._sink = open_sink(path, storage_options)
+        except BaseException:
+            if self._base is not None:
+                self._base.close()
+            raise
         self.path = getattr(self._sink, "path", path)
         self._pos = 0
         # The preamble states the format version before any tensor is known.
@@ -96,7 +112,7 @@ class Writer(CloseOrAbort):
         # newer one; any other (an upload) states the newest, which every
         # reader of this major version accepts (docs/format.md §14).
         self._rewrite_head = getattr(self._sink, "rewrite_head", None)
-        self._head_minor = fmt.BASE_MINOR if self._rewrite_head else fmt.FORMAT_MINOR
+        self._head_minor = fmt.BASE_MINOR if self._rewrite_head else fmt.DTYPE_MINOR
         self._minor = self._head_minor
         self._write(fmt.encode_preamble(self._head_minor))
 
@@ -141,7 +157,9 @@ class Writer(CloseOrAbort):
         pool threads while the next are written."""
         codec = self._codec if compression is _DEFAULT else codec_for(compression, self._level)
         itemsize = spec.dtype.itemsize
-        grid = ChunkGrid(shape, itemsize, *choose_grid(shape, itemsize, self._chunk_bytes))
+        delta = self._base.plan(name, spec, shape) if self._base is not None else None
+        grid = delta.grid if delta is not None else \
+            ChunkGrid(shape, itemsize, *choose_grid(shape, itemsize, self._chunk_bytes))
         sizes = grid.raw_nbytes()
         nbytes = sum(sizes)
         if not nbytes:
@@ -154,7 +172,15 @@ class Writer(CloseOrAbort):
         try:
             for window in batch_by_bytes(rechunk(pieces, sizes), WINDOW_BYTES, len):
                 stored = window
-                if codec is not RAW:
+                if delta is not None:
+                    # None: the first window says the tensor is better stored alone.
+                    alone = partial(_encode, codec, planes, spec.is_float)
+                    coded = delta.encode(window, len(lengths), codec, alone)
+                    if coded is None:
+                        delta = None
+                    else:
+                        stored = coded
+                if delta is None and codec is not RAW:
                     encoded = run_all(partial(_encode, codec, planes, spec.is_float), window)
                     # Raw or compressed is decided on the first window (the
                     # whole tensor, unless it is larger than a window).
@@ -174,8 +200,10 @@ class Writer(CloseOrAbort):
             raise
         self._chunk_checksums.extend(checksums)
         self._chunk_lengths.extend(lengths)
+        if delta is not None:
+            codec, planes = delta.base.codec, delta.planes
 
-        self._minor = max(self._minor, spec.since)
+        self._minor = max(self._minor, spec.since, DELTA_MINOR if delta is not None else 0)
         self._names.append(name)
         self._seen.add(name)
         self._dims.extend(shape)
@@ -190,6 +218,8 @@ class Writer(CloseOrAbort):
         if self._sink.closed:
             return
         try:
+            if self._base is not None and self._base.used:
+                self.system_metadata[BASE_KEY] = self._base.ref.to_json()
             self._pad_to_alignment()
             index_offset = self._pos
             index = fmt.encode_index(
@@ -211,11 +241,25 @@ class Writer(CloseOrAbort):
         except BaseException:
             self.abort()
             raise
+        self._close_base()
 
     def abort(self) -> None:
         """Discard everything written; any existing target is left untouched."""
-        self._sink.abort()
+        try:
+            self._sink.abort()
+        finally:
+            self._close_base()
 
+    def _close_base(self) -> None:
+        if self._base is not None:
+            self._base.close()
+
+
+    @property
+    def base_file(self) -> str | None:
+        """The file name of the base the file names (once closed): None
+        unless a tensor was delta-coded against ``base``."""
+        return self._base.ref.file if self._base is not None and self._base.used else None
 
     # -- internals -------------------------------------------------------------
 

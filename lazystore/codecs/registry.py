@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from lazystore.codecs.base import Codec
+from lazystore.codecs.delta import DeltaPlanes
 from lazystore.codecs.raw import RAW
 from lazystore.codecs.zstd import ZstdPlanes
 from lazystore.errors import InvalidInputError
 
-CODECS_BY_ID: dict[int, Codec] = {RAW.id: RAW, ZstdPlanes.id: ZstdPlanes()}
+CODECS_BY_ID: dict[int, Codec] = {RAW.id: RAW, ZstdPlanes.id: ZstdPlanes(), DeltaPlanes.id: DeltaPlanes()}
 
 
 def codec_for(compression, level: int | None = None) -> Codec:

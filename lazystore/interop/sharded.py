@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from lazystore._core import strict_json
+from lazystore._core.file_names import is_plain_file_name
 from lazystore._native import layout as fmt
 from lazystore.errors import FormatError
 from lazystore.interop.detect import open_file
@@ -74,19 +75,6 @@ def _index_changed(path: Path, stamp: tuple) -> bool:
         return True
 
 
-def _is_file_name(f: str) -> bool:
-    """Could ``f`` name a file directly inside the folder? The index is
-    untrusted: a name that escapes the folder, holds a NUL, cannot be encoded
-    for the file system or is longer than a file name can be (which makes
-    ``stat`` raise OSError, not report a missing file) is corrupt."""
-    if not f or os.path.basename(f) != f or f in (".", "..") or "\0" in f:
-        return False
-    try:
-        return len(os.fsencode(f)) <= 255  # NAME_MAX of Linux and macOS file systems
-    except UnicodeError:  # e.g. a lone surrogate from a JSON escape
-        return False
-
-
 def open_folder(folder, *, verify: bool = False, mmap: bool = True) -> ShardedView:
     """The view of a sharded folder (lazystore's or Hugging Face's).
 
@@ -121,7 +109,7 @@ def _open_shards(folder: Path, index_path: Path, index: dict, ours: bool, verify
     save_id = index.get("save_id") if ours else None
     files = list(dict.fromkeys(weight_map.values()))
     for f in files:
-        if not _is_file_name(f):
+        if not is_plain_file_name(f):
             raise FormatError(f"{index_path}: corrupt index: shard {f!r} is not a file name in the folder")
     views: list = []
     owner: dict[str, object] = {}

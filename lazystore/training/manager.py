@@ -33,11 +33,16 @@ from lazystore import api
 from lazystore._native.writer import Writer
 from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
 from lazystore.sinks import fsync_dir
-from lazystore.training import background, tree
+from lazystore.training import background, chains, tree
 
 log = logging.getLogger("lazystore")
 MANAGER_KEY = "__lazystore_manager__"
 MANAGER_VERSION = 1
+# The most saves per keyframe (the keyframe and its deltas): the keyframe is
+# rewritten sooner when that costs less (chains.keyframe_pays). A bound
+# keeps the checkpoints that one damaged keyframe takes down, and the work
+# of rebasing them at retention, bounded.
+DEFAULT_KEYFRAME_EVERY = 16
 _FILE = re.compile(r"step-(\d{12,})\.lzy")
 
 
@@ -60,10 +65,22 @@ class CheckpointManager:
     steps with the best value of ``metric`` (lowest for ``mode="min"``,
     highest for ``"max"``; ties go to the earlier step; NaN is never best).
     A checkpoint kept by either rule stays. With neither, nothing is deleted.
+
+    ``delta=True`` stores checkpoints as keyframes and delta files (format
+    1.2) against the latest keyframe: unchanged tensors cost nothing, and
+    changed ones their lossless difference when that is at least 10%
+    smaller. A new keyframe is written when the deltas have grown so that
+    one costs more than starting afresh, and at the latest every
+    ``keyframe_every`` saves; a restore reads at most two files. Retention never deletes a base that a
+    kept checkpoint needs: such checkpoints are rewritten first (against
+    the newest kept keyframe, or as a keyframe), atomically. Every
+    checkpoint still opens with :func:`lazystore.open` and the command line.
+    See docs/training.md, "Delta checkpoints".
     """
 
     def __init__(self, directory, *, keep_last: int | None = None, keep_best: int | None = None,
-                 metric: str | None = None, mode: str = "min", compression=None):
+                 metric: str | None = None, mode: str = "min", compression=None, delta: bool = False,
+                 keyframe_every: int = DEFAULT_KEYFRAME_EVERY):
         self.keep_last = _count("keep_last", keep_last)
         self.keep_best = _count("keep_best", keep_best)
         if metric is not None and not isinstance(metric, str):
@@ -75,11 +92,17 @@ class CheckpointManager:
         self.metric = metric
         self.mode = mode
         self.compression = compression
+        if not isinstance(delta, bool):
+            raise InvalidInputError(f"delta must be True or False, got {delta!r}")
+        self.delta = delta
+        self.keyframe_every = _count("keyframe_every", keyframe_every)
         self.directory = Path(os.fspath(directory))
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         # step -> ((inode, mtime_ns, size), metrics): re-read if the file changes.
         self._metrics_cache: dict[int, tuple[tuple, dict]] = {}
+        # step -> ((inode, mtime_ns, size), its base's file name or None): likewise.
+        self._base_cache: dict[int, tuple[tuple, str | None]] = {}
         # Saves, in order, one at a time; its snapshot buffers are reused from save to save.
         self._saver = background.BackgroundSaver()
         self._writing: int | None = None  # the step being saved, hidden until it is durable
@@ -108,9 +131,11 @@ class CheckpointManager:
                  "metrics": {name: tree.encode_scalar(value) for name, value in metrics.items()}}
 
         def open_writer():
+            # The save before has finished (and its retention): the folder is settled.
+            base = self._prepare_delta(step)
             self._writing = step
             try:
-                return Writer(path, compression=self.compression)
+                return Writer(path, compression=self.compression, base=base)
             except BaseException:
                 self._writing = None
                 raise
@@ -122,7 +147,9 @@ class CheckpointManager:
                 self._writing = None  # durable now, or failed (leaving what was there)
             with self._lock:
                 # The new checkpoint is durable: only now may older ones go.
-                self._metrics_cache[step] = (_stat_key(path), metrics)
+                key = _stat_key(path)
+                self._metrics_cache[step] = (key, metrics)
+                self._base_cache[step] = (key, writer.base_file)  # retention need not reopen it
                 self._apply_retention()
             return path
 
@@ -235,6 +262,33 @@ class CheckpointManager:
         self._metrics_cache[step] = (key, metrics)
         return metrics
 
+    def _base_name(self, step: int) -> str | None:
+        """The file name of checkpoint ``step``'s base (None: a keyframe)."""
+        path = self.path(step)
+        key = _stat_key(path)
+        cached = self._base_cache.get(step)
+        if cached is None or cached[0] != key:
+            cached = self._base_cache[step] = (key, chains.base_of(path))
+        return cached[1]
+
+    def _forget(self, step: int) -> None:
+        self._metrics_cache.pop(step, None)
+        self._base_cache.pop(step, None)
+
+    def _rewritten(self, step: int, base_file: str | None) -> None:
+        """Checkpoint ``step`` was written again, against ``base_file``."""
+        self._forget(step)
+        self._base_cache[step] = (_stat_key(self.path(step)), base_file)
+
+    def _prepare_delta(self, step: int) -> Path | None:
+        """The base for a new checkpoint of ``step`` (None: a keyframe), after
+        rewriting whatever depends on the checkpoint it replaces."""
+        steps = self.steps()
+        if step in steps:
+            with self._lock:
+                chains.rebase_dependents(self, [step], set(steps) - {step})
+        return chains.choose_base(self, step) if self.delta else None
+
     def _ranked(self, steps: list[int]) -> list[int]:
         """Steps with a value for ``metric``, best first (ties: earlier step first)."""
         scored = []
@@ -253,12 +307,14 @@ class CheckpointManager:
                 keep.update(steps[-self.keep_last:])
             if self.keep_best is not None:
                 keep.update(self._ranked(steps)[: self.keep_best])
+        doomed = [step for step in steps if step not in keep]
+        # No kept checkpoint may lose its base: its dependents are rewritten first.
+        chains.rebase_dependents(self, doomed, keep)
         removed = False
-        for step in steps:
-            if step not in keep:
-                self.path(step).unlink(missing_ok=True)
-                self._metrics_cache.pop(step, None)
-                removed = True
+        for step in chains.deletion_order(self, doomed):
+            self.path(step).unlink(missing_ok=True)
+            self._forget(step)
+            removed = True
         # (Temporary files of saves that crashed are removed by the writer
         # at the start of every save into this folder.)
         if removed:

@@ -22,13 +22,15 @@ from lazystore._core.parallel import run_all
 from lazystore._core.slicing import rebase
 from lazystore._native.index import Entry, Index
 from lazystore._native.locate import read_index
-from lazystore.codecs import CODECS_BY_ID, RAW
+from lazystore.codecs import CODECS_BY_ID, RAW, DeltaPlanes
 from lazystore.errors import VerificationUnavailableError
-from lazystore.sources import ByteSource
+from lazystore.sources import ByteSource, open_source
 from lazystore.views.base import TensorInfo, TensorSlice, ViewBase
+from lazystore.views.base_chain import BaseLink
 from lazystore.views.chunk_reader import ChunkReader
 
 __all__ = ["CheckpointView", "TensorSlice"]
+DELTA_CODEC = DeltaPlanes.id
 
 RAW_ID = RAW.id
 
@@ -38,9 +40,9 @@ class _File:
     validated index and format version, the chunk reader, and what
     verify-on-access has already checked."""
 
-    __slots__ = ("_reader", "in_place", "index", "lock", "source", "verified", "verify", "version")
+    __slots__ = ("_reader", "base", "in_place", "index", "lock", "source", "verified", "verify", "version")
 
-    def __init__(self, source: ByteSource, index: Index, version: tuple, verify: bool):
+    def __init__(self, source: ByteSource, index: Index, version: tuple, verify: bool, depth: int = 0):
         self.source = source
         self.index = index
         self.version = version
@@ -52,14 +54,22 @@ class _File:
             self.verified: set[int] = set()  # global ids of raw chunks already checked
             self.lock = threading.Lock()
         self._reader = None
+        # A delta file's base, opened when first needed (see base_chain).
+        self.base = None if index.base is None else BaseLink(
+            index.base, source.name, depth, partial(_open_base, verify=verify))
 
     @property
     def reader(self) -> ChunkReader:
         # Made on first use: a zero-copy read of a raw tensor never needs one.
         reader = self._reader
         if reader is None:
-            reader = self._reader = ChunkReader(self.source, self.index)
+            reader = self._reader = ChunkReader(self.source, self.index, self.base)
         return reader
+
+    def close(self) -> None:
+        self.source.close()
+        if self.base is not None:
+            self.base.close()
 
 
 class CheckpointView(ViewBase):
@@ -69,7 +79,7 @@ class CheckpointView(ViewBase):
     out stay valid after closing. The contract is :class:`ViewBase`'s.
     """
 
-    def __init__(self, source: ByteSource, *, verify: bool = False, index_reader=read_index):
+    def __init__(self, source: ByteSource, *, verify: bool = False, index_reader=read_index, _depth: int = 0):
         """``index_reader(source)`` gives the source's validated
         :class:`~lazystore._native.index.Index` and format version:
         lazystore's own by default, another format's parser for foreign
@@ -80,7 +90,7 @@ class CheckpointView(ViewBase):
         except BaseException:
             source.close()
             raise
-        self._file = _File(source, index, version, verify)
+        self._file = _File(source, index, version, verify, _depth)
         # Names to positions: the index's KeyTable (or, once listed, its
         # dict: see __iter__), or a dict for a selection.
         self._table = index.keys
@@ -104,7 +114,7 @@ class CheckpointView(ViewBase):
 
     def _release(self) -> None:
         self._file.in_place = None  # the source's map goes with the last array that uses it
-        self._file.source.close()
+        self._file.close()
 
     @property
     def name(self) -> str:
@@ -119,6 +129,13 @@ class CheckpointView(ViewBase):
     @property
     def format_version(self) -> tuple:
         return self._file.version
+
+    @property
+    def base(self) -> str | None:
+        """Where the base of a delta file (format 1.2) is: the file its
+        delta tensors were coded against, beside it. None for other files."""
+        link = self._file.base
+        return None if link is None else link.path
 
     @property
     def _metadata(self) -> dict:
@@ -171,7 +188,9 @@ class CheckpointView(ViewBase):
         if keys is None:
             index.check_head(file.source, file.version)
         ok = file.reader.stored_ok_many(entries)
-        return [n for n, good in zip(names, ok) if not good]
+        deltas = [e for e in entries if e.codec == DELTA_CODEC]
+        failing = file.base.failing(deltas) if deltas else set()  # the chain below, to its keyframe
+        return [n for n, good in zip(names, ok) if not good or n in failing]
 
     def load(self, keys=None, *, verify: bool = False) -> dict[str, np.ndarray]:
         """Writable arrays of some or all tensors.
@@ -279,6 +298,12 @@ class CheckpointView(ViewBase):
         buf = np.empty(entry.nbytes, dtype=np.uint8)
         self._file.reader.fill(entry, range(entry.chunk_count), buf, self._file.verify)
         return _as_tensor(buf, entry)
+
+
+def _open_base(path: str, depth: int, *, verify: bool) -> CheckpointView:
+    """A delta file's base: a lazystore file (never another format), whose
+    own base is ``depth`` links down the chain."""
+    return CheckpointView(open_source(path), verify=verify, _depth=depth)
 
 
 def _as_tensor(buf: np.ndarray, entry: Entry) -> np.ndarray:

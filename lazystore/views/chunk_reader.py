@@ -29,6 +29,7 @@ from lazystore._core.chunking import SlicePlan
 from lazystore._core.parallel import run_all
 from lazystore._native.index import Entry, Index
 from lazystore.codecs import CODECS_BY_ID, RAW
+from lazystore.codecs.delta import word_size
 from lazystore.errors import ChecksumError, FormatError
 from lazystore.sources import ByteSource
 
@@ -43,15 +44,19 @@ FETCH_BATCH_BYTES = 64 << 20
 # get_slice of a tensor that cannot be viewed in place decodes about this
 # many bytes of chunks at a time.
 PART_BATCH_BYTES = 16 << 20
+DELTA = CODECS_BY_ID[2]
 # verify() of a mapped file checks tensors in pool tasks of about this many
 # stored bytes (one task each for tensors at least this large).
 VERIFY_BATCH_BYTES = 4 << 20
 
 
 class ChunkReader:
-    def __init__(self, source: ByteSource, index: Index):
+    def __init__(self, source: ByteSource, index: Index, base=None):
         self.source = source
         self.index = index
+        # The file's base (a BaseLink) when it holds delta chunks: their
+        # decoding starts from the base's bytes.
+        self.base = base
         # Unmapped sources are fetched from (see the module's docstring).
         self.fetching = source.mapped() is None
         self.checked = index.checksums_known
@@ -175,9 +180,15 @@ class ChunkReader:
 
     def _decode_chunk(self, entry: Entry, c: int, decoded_at: int, out, blob) -> None:
         """Decode chunk ``c`` (already checked) into place in ``out``."""
+        target = out[decoded_at : decoded_at + entry.decoded[c]]
+        if entry.codec == DELTA.id:
+            # The base's bytes first (a BaseCheckpointError names the base), then the difference.
+            self.base.fill(entry, [c], target, {c: 0})
         try:
-            CODECS_BY_ID[entry.codec].decode_into(blob, out[decoded_at : decoded_at + entry.decoded[c]],
-                                                  entry.planes)
+            if entry.codec == DELTA.id:
+                DELTA.add_into(blob, target, entry.planes, word_size(entry.dtype))
+            else:
+                CODECS_BY_ID[entry.codec].decode_into(blob, target, entry.planes)
         except FormatError as exc:
             raise FormatError(f"{_what(entry, c)}: {exc}") from None
 

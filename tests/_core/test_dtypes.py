@@ -55,10 +55,10 @@ def test_safetensors_spellings_are_the_libraries_own(tmp_path, spec):
 
 
 def test_every_code_says_which_format_version_added_it():
-    from lazystore._native.layout import FORMAT_MINOR
+    from lazystore._native.layout import DTYPE_MINOR
 
     assert {d.code: d.since for d in ls.DTYPES} == {**dict.fromkeys(range(1, 18), 0), **dict.fromkeys(range(18, 23), 1)}
-    assert max(d.since for d in ls.DTYPES) == FORMAT_MINOR
+    assert max(d.since for d in ls.DTYPES) == DTYPE_MINOR  # the newest minor that added dtype codes
 
 
 def test_only_fp4_packs_two_values_per_element():

@@ -130,6 +130,9 @@ class SpecFile:
                 raise SpecVersionError(f"file is format {major}.{minor} and uses dtype code {code}, unknown to "
                                        f"this {major}.{self.reader_minor} reader; a newer reader is needed")
             require(code in self.codes, "E2")
+            if codec not in (0, 1) and minor > self.reader_minor:  # section 14 and E3: a newer minor's codec
+                raise SpecVersionError(f"file is format {major}.{minor} and uses codec {codec}, unknown to "
+                                       f"this {major}.{self.reader_minor} reader; a newer reader is needed")
             require(codec in (0, 1), "E3")
             item = DTYPES[code].itemsize
             require(planes == 1 or (codec == 1 and planes == item), "E4")
@@ -595,19 +598,31 @@ def test_a_1_0_reader_refuses_a_1_1_file_and_says_why():
         f.verify()
 
 
-@pytest.mark.parametrize("version, newer", [((1, 2), True), ((1, 1), False), ((1, 0), False)])
-def test_unknown_dtype_code_is_a_newer_version_only_in_a_newer_file(tmp_path, version, newer):
-    # Entry 0 ("fnuz_e4m3") given code 23, which no version defines yet.
+def test_a_1_1_reader_refuses_a_1_2_delta_file_and_says_why():
+    # This reader implements 1.1 (delta files, codec 2, are 1.2): it must
+    # say that a newer reader is needed, not that the file is corrupt.
+    with pytest.raises(SpecVersionError, match=r"format 1\.2 and uses codec 2.*newer reader"):
+        SpecFile(DATA / "golden_v1_2.lzy")
+    with SpecFile(DATA / "golden_v1_2_base.lzy") as f:  # its base is an ordinary file
+        f.verify()
+
+
+@pytest.mark.parametrize("version", [(1, 3), (1, 2), (1, 1), (1, 0)])
+def test_unknown_dtype_code_is_a_newer_version_only_in_a_newer_file(tmp_path, version):
+    # Entry 0 ("fnuz_e4m3") given code 23, which no version defines yet. A
+    # reader implementing 1.n calls it a newer version's code in a file newer than 1.n.
     path = tmp_path / "u.lzy"
     rewrite(DATA / "golden_v1_1.lzy", path, version=version, index_edit=lambda ix: ix.__setitem__(64 + 40, 23))
-    if newer:
-        with pytest.raises(SpecVersionError, match=r"format 1\.2 and uses dtype code 23"):
+    if version[1] > READER_MINOR:
+        with pytest.raises(SpecVersionError, match=rf"format 1\.{version[1]} and uses dtype code 23"):
             SpecFile(path)
-        with ls.open(path) as ck, pytest.raises(ls.UnsupportedVersionError, match=r"format 1\.2.*upgrade"):
-            ck["fnuz_e4m3"]
     else:
         with pytest.raises(SpecError, match="E2"):
             SpecFile(path)
+    if version[1] > ls.FORMAT_MINOR:
+        with ls.open(path) as ck, pytest.raises(ls.UnsupportedVersionError, match=rf"format 1\.{version[1]}.*upgrade"):
+            ck["fnuz_e4m3"]
+    else:
         with ls.open(path) as ck, pytest.raises(ls.FormatError, match="unknown dtype code 23") as exc:
             ck["fnuz_e4m3"]
         assert not isinstance(exc.value, ls.UnsupportedVersionError)

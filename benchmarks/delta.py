@@ -1,0 +1,198 @@
+"""Delta checkpoints (issue 17): series size, a frozen base, save and restore time.
+
+All on a real fine-tune (benchmarks/finetune.py: transformers' BertModel of
+all-MiniLM-L6-v2 with its trained weights, AdamW, lr 2e-5, on the CPU):
+
+- ``series``: a series of 8 checkpoints, one every 1, 10 and 100 steps
+  (quick mode: every step), stored by ``CheckpointManager(delta=True)``
+  with zstd, over the same series stored standalone with zstd. The target
+  rows are the model's weights, as the issue measured them (a ~75 MB
+  checkpoint); the rows with the AdamW moments too are informational, as
+  are the alternatives: every delta against the previous checkpoint (a
+  chain) and against the first (one keyframe).
+- ``frozen``: ten checkpoints of a model whose 16 MiB base (real trained
+  weights) is frozen while its LoRA adapters train, over one checkpoint.
+- ``timing``: a delta save (against a keyframe three checkpoints back, the
+  10-step series) over a standalone compressed save of the same state, and
+  restoring that delta over restoring the standalone file.
+
+``python -m benchmarks.delta [--quick]`` runs these alone and prints the rows.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from . import finetune
+from .measures import Context, Result, Target
+from .timing import compare
+
+SERIES = 8
+INTERVALS = {"full": (1, 10, 100), "quick": (1,)}
+FROZEN_BYTES = 16 << 20
+
+
+def _steps(interval: int) -> list[int]:
+    return [interval * i for i in range(1, SERIES + 1)]
+
+
+def _state(path: Path, model_only: bool):
+    import lazystore as ls
+
+    state = ls.load(path)
+    return {"model": state["model"]} if model_only else state
+
+
+def _store(folder: Path, paths: list[Path], model_only: bool, how: str) -> list[int]:
+    """Bytes of the series stored ``how``: "standalone", "delta" (the
+    manager's policy), "chain" (each against the previous) or "first"
+    (each against the first)."""
+    import lazystore as ls
+
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    mgr = ls.CheckpointManager(folder, compression="zstd", delta=how == "delta")
+    for i, path in enumerate(paths):
+        state = _state(path, model_only)
+        if how in ("standalone", "delta") or i == 0:
+            mgr.save(i, state)
+        else:
+            base = mgr.path(i - 1 if how == "chain" else 0)
+            ls.save(state, mgr.path(i), compression="zstd", base=base)
+    sizes = [mgr.path(i).stat().st_size for i in range(len(paths))]
+    shutil.rmtree(folder)
+    return sizes
+
+
+def series(ctx: Context) -> list[Result]:
+    root = ctx.files.scratch("delta-series")
+    rows = []
+    for interval in INTERVALS[ctx.scale.mode]:
+        paths = finetune.checkpoints(_steps(interval))
+        for model_only, what in ((True, "model"), (False, "model+AdamW")):
+            alones = _store(root / "alone", paths, model_only, "standalone")
+            alone = sum(alones)
+            hows = ("delta", "chain", "first") if model_only else ("delta",)
+            for how in hows:
+                sizes = _store(root / how, paths, model_only, how)
+                size = sum(sizes)
+                each = " ".join(f"{a / b:.2f}" for a, b in zip(sizes, alones))
+                target = Target("<=", 0.6, "ratio") if (how == "delta" and model_only) else None
+                label = {"delta": "CheckpointManager(delta=True)", "chain": "each against the previous",
+                         "first": "each against the first"}[how]
+                suffix = ("" if model_only else "_adamw") + ("" if how == "delta" else f"_{how}")
+                name = f"delta_series_{interval}{suffix}"
+                rows.append(Result(name, f"{SERIES} checkpoints every {interval} steps, {what}: {label}, zstd",
+                                   size / 2**20, alone / 2**20, "MiB", size / alone, target, "size",
+                                   anchor_label="standalone zstd", note=f"each checkpoint: {each}",
+                                   group="delta"))
+    return rows
+
+
+def _frozen_model():
+    """A frozen 16 MiB base (the first trained tensors of all-MiniLM-L6-v2)
+    and LoRA adapters (rank 8) on its square projections."""
+    from safetensors.numpy import load_file
+
+    weights = load_file(finetune.package_dir() / "model.safetensors")
+    base, total = {}, 0
+    for name, w in weights.items():
+        if total + w.nbytes > FROZEN_BYTES:
+            continue
+        base[name] = w
+        total += w.nbytes
+    rng = np.random.default_rng(0)
+    square = [n for n, w in base.items() if w.ndim == 2 and w.shape[0] == w.shape[1]]
+    adapters = {f"{n}.lora_A": rng.standard_normal((8, base[n].shape[1])).astype(np.float32) * 0.01 for n in square}
+    adapters |= {f"{n}.lora_B": np.zeros((base[n].shape[0], 8), np.float32) for n in square}
+    return base, adapters, total
+
+
+def frozen(ctx: Context) -> list[Result]:
+    import lazystore as ls
+
+    base, adapters, total = _frozen_model()
+    folder = ctx.files.scratch("delta-frozen")
+    mgr = ls.CheckpointManager(folder, compression="zstd", delta=True)
+    rng = np.random.default_rng(1)
+    for step in range(10):
+        for a in adapters.values():  # a training step: every adapter value moves
+            a += rng.standard_normal(a.shape).astype(np.float32) * 1e-3
+        mgr.save(step, {"base": base, "adapters": adapters})
+    sizes = [os.path.getsize(mgr.path(s)) for s in mgr.steps()]
+    shutil.rmtree(folder)
+    adapter_bytes = sum(a.nbytes for a in adapters.values())
+    return [Result("delta_frozen", f"10 checkpoints, frozen {total / 2**20:.0f} MiB base + "
+                   f"{adapter_bytes / 2**10:.0f} KiB of LoRA adapters, delta=True, over one checkpoint",
+                   sum(sizes) / 2**20, sizes[0] / 2**20, "MiB", sum(sizes) / sizes[0], Target("<=", 1.6, "ratio"),
+                   "size", anchor_label="one checkpoint",
+                   note=f"one checkpoint {sizes[0] / 2**20:.1f} MiB, the nine others {sum(sizes[1:]) / 2**20:.2f} MiB",
+                   group="delta")]
+
+
+def timing(ctx: Context) -> list[Result]:
+    import lazystore as ls
+
+    interval = 10 if ctx.scale.mode == "full" else 1
+    paths = finetune.checkpoints(_steps(interval)[:4])
+    folder = ctx.files.scratch("delta-timing")
+    folder.mkdir(parents=True, exist_ok=True)
+    keyframe = folder / "keyframe.lzy"
+    ls.save(_state(paths[0], True), keyframe, compression="zstd")
+    state = _state(paths[3], True)  # three intervals on: the largest delta of a 4-checkpoint period
+    delta, alone = folder / "delta.lzy", folder / "alone.lzy"
+    saves = compare({
+        "delta save": lambda: ls.save(state, delta, compression="zstd", base=keyframe),
+        "standalone save": lambda: ls.save(state, alone, compression="zstd"),
+    }, reps=ctx.scale.reps)
+    loads = compare({"delta restore": lambda: ls.load(delta), "standalone restore": lambda: ls.load(alone)},
+                    reps=ctx.scale.reps)
+    shutil.rmtree(folder)
+    rows = []
+    for name, timings, ours, anchor, limit in (("delta_save", saves, "delta save", "standalone save", 2.0),
+                                                 ("delta_restore", loads, "delta restore", "standalone restore", 3.0)):
+        t, a = timings[ours], timings[anchor]
+        spread = (f"{ours} {min(t.samples):.2f}-{max(t.samples):.2f} s, "
+                  f"{anchor} {min(a.samples):.2f}-{max(a.samples):.2f} s")
+        rows.append(Result(name, f"{ours} of the fine-tune's model (every {interval} steps, 3 from its keyframe)",
+                           t.median, a.median, "s", t.median / a.median, Target("<=", limit, "ratio"), "time",
+                           subject=ours, anchor_label=anchor, samples={ours: list(t.samples), anchor: list(a.samples)},
+                           note=spread, group="delta"))
+    return rows
+
+
+MEASURES = (series, frozen, timing)
+
+
+if __name__ == "__main__":
+    import argparse
+    import tempfile
+
+    from . import workloads
+    from .measures import Context as _Context
+
+    class _Scratch:  # the one part of workloads.Files these measures use
+        def __init__(self, folder: Path):
+            self.folder = folder
+
+        def scratch(self, name: str) -> Path:
+            return self.folder / name
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.delta")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", choices=[m.__name__ for m in MEASURES])
+    args = parser.parse_args()
+    scale = workloads.QUICK if args.quick else workloads.FULL
+    with tempfile.TemporaryDirectory(prefix="lazystore-delta-") as tmp:
+        ctx = _Context(scale, _Scratch(Path(tmp)), None)
+        for measure in MEASURES:
+            if args.only and measure.__name__ != args.only:
+                continue
+            for r in measure(ctx):
+                ratio = f"{r.ratio:.3f}" if r.ratio is not None else ""
+                print(f"{r.name:28} {r.ours:10.3f} {r.unit:4} anchor {r.anchor if r.anchor is not None else '':<10} "
+                      f"ratio {ratio:6} {r.status or '':5} {r.note}", flush=True)

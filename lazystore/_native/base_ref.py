@@ -1,0 +1,58 @@
+"""A delta file's reference to its base (format 1.2, docs/format.md §9.3).
+
+A file with delta-coded tensors (codec 2) names the file they were coded
+against in the reserved metadata member ``__lazystore_base__``::
+
+    {"version": 1, "file": "step-000000000100.lzy",
+     "index_checksum": "9f0c1d2e3a4b5c6d", "index_length": 18342}
+
+``file`` is a plain file name in the same folder (never a path: a folder of
+checkpoints can be moved or copied whole). ``index_checksum`` and
+``index_length`` are the base's trailer fields: the base's index covers
+every chunk checksum of the base, so a base replaced by another file, or
+rewritten, no longer matches, and is refused by name rather than read.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from lazystore._core.file_names import is_plain_file_name
+from lazystore._native import layout as fmt
+from lazystore.errors import FormatError
+
+BASE_KEY = "__lazystore_base__"
+BASE_VERSION = 1
+DELTA_MINOR = 2  # the format minor version that added codec 2 and this member
+_HEX16 = re.compile(r"[0-9a-f]{16}")
+
+
+class BaseRef(NamedTuple):
+    file: str  # plain file name, beside the delta file
+    index_checksum: int
+    index_length: int
+
+    def to_json(self) -> dict:
+        return {"version": BASE_VERSION, "file": self.file, "index_checksum": f"{self.index_checksum:016x}",
+                "index_length": self.index_length}
+
+
+def parse_base_ref(value, where: str) -> BaseRef:
+    """The member's value, checked; FormatError naming ``where`` otherwise."""
+    def bad(why: str) -> FormatError:
+        return FormatError(f"corrupt {BASE_KEY} in {where}: {why}")
+
+    if not isinstance(value, dict):
+        raise bad("not a JSON object")
+    if value.get("version") != BASE_VERSION or isinstance(value.get("version"), bool):
+        raise bad(f"unknown version {value.get('version')!r}")
+    name, checksum, length = value.get("file"), value.get("index_checksum"), value.get("index_length")
+    if not is_plain_file_name(name):
+        raise bad(f"{name!r} is not a plain file name in the same folder")
+    if not isinstance(checksum, str) or not _HEX16.fullmatch(checksum):
+        raise bad("index_checksum is not 16 lowercase hex digits")
+    possible = isinstance(length, int) and not isinstance(length, bool)
+    if not (possible and fmt.INDEX_HEADER.size <= length <= fmt.MAX_INDEX_BYTES):
+        raise bad(f"index_length {length!r} is not a possible index length")
+    return BaseRef(name, int(checksum, 16), length)

@@ -1,0 +1,113 @@
+"""Writing tensors as deltas against a base file (format 1.2, codec 2).
+
+``Writer(path, base=earlier)`` codes each tensor that the base also holds,
+under the same name with the same dtype and shape, against the base's
+tensor: chunk by chunk, on the base's own chunk grid, so that a reader can
+decode any one chunk from the base's chunk of the same number. A chunk
+whose bytes equal the base's (compared byte for byte, never by hash) is
+stored as nothing; any other is stored as the zigzag difference of the bit
+patterns, zstd over byte planes (:mod:`lazystore.codecs.delta`).
+
+A delta pays only if it is smaller than the tensor stored alone: optimizer
+moments, say, change entirely from step to step. So the first chunk of each
+tensor is coded both ways, and the tensor is stored alone (with the
+writer's codec) unless its delta saves at least ``DELTA_MIN_SAVING``: a
+tensor stored alone also reads without its base.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from itertools import accumulate
+
+import numpy as np
+
+from lazystore._core.dtypes import DtypeSpec
+from lazystore._core.parallel import run_all
+from lazystore._native.base_ref import BaseRef
+from lazystore.codecs import RAW, DeltaPlanes
+from lazystore.codecs.delta import word_size
+from lazystore.errors import InvalidInputError, TensorNotFoundError
+from lazystore.sources import local_path, open_source
+from lazystore.views.checkpoint import CheckpointView
+
+# A tensor is delta-coded only if its first chunk's delta is at least this
+# much smaller than the chunk stored alone: a smaller gain is not worth
+# tying the tensor to its base (every read of it then reads the base too).
+DELTA_MIN_SAVING = 0.1
+
+
+def check_beside(base, target) -> str:
+    """The local path of ``base``, which must be another file in ``target``'s folder."""
+    base_path, target_path = local_path(base), local_path(target)
+    if base_path is None or target_path is None:
+        raise InvalidInputError("a delta checkpoint and its base must be local files")
+    base_dir = os.path.realpath(os.path.dirname(os.path.abspath(base_path)))
+    target_dir = os.path.realpath(os.path.dirname(os.path.abspath(target_path)))
+    if base_dir != target_dir:
+        raise InvalidInputError(f"the base {base_path} must be in the same folder as {target_path}: "
+                                "a delta file names its base by file name alone")
+    if os.path.basename(base_path) == os.path.basename(target_path):
+        raise InvalidInputError(f"{target_path} cannot be its own base")
+    return base_path
+
+
+class DeltaBase:
+    """The base a writer codes against: open for the writer's lifetime."""
+
+    def __init__(self, base, target, level: int | None):
+        path = check_beside(base, target)
+        self.view = CheckpointView(open_source(path))
+        checksum, length = self.view._file.index.identity
+        self.ref = BaseRef(os.path.basename(path), checksum, length)
+        self.codec = DeltaPlanes(level)
+        self.used = False  # did any tensor end up delta-coded?
+
+    def plan(self, name: str, spec: DtypeSpec, shape: tuple[int, ...]) -> TensorDelta | None:
+        """How to code ``name`` against the base, or None if the base has
+        no tensor it can be coded against."""
+        try:
+            entry = self.view._entry(name)
+        except TensorNotFoundError:
+            return None
+        if entry.dtype != spec.dtype or entry.shape != tuple(shape) or not entry.nbytes:
+            return None
+        return TensorDelta(self, entry, spec)
+
+    def close(self) -> None:
+        self.view.close()
+
+
+class TensorDelta:
+    """One tensor's coding against its base tensor, window by window."""
+
+    def __init__(self, base: DeltaBase, entry, spec: DtypeSpec):
+        self.base = base
+        self.entry = entry
+        self.grid = entry.grid  # the base's: chunk c of the delta is a delta of its chunk c
+        self.planes = base.codec.planes_for(spec.dtype.itemsize)
+        self.word = word_size(spec.dtype)
+        self.is_float = spec.is_float
+
+    def encode(self, window: list, first: int, alone, level_codec) -> list | None:
+        """Stored delta chunks for ``window`` (chunks ``first``, ``first+1``,
+        ...), or None when this is the first window and the tensor is better
+        stored alone with ``alone`` (the writer's codec)."""
+        ids = list(range(first, first + len(window)))
+        sizes = [self.entry.decoded[c] for c in ids]
+        places = dict(zip(ids, accumulate(sizes[:-1], initial=0)))
+        buf = np.empty(sum(sizes), np.uint8)
+        file = self.base.view._file
+        file.reader.fill(self.entry, ids, buf, False, places)
+        bases = [buf[places[c] : places[c] + n] for c, n in zip(ids, sizes)]
+        code = partial(self.base.codec.encode_delta, planes=self.planes, word=self.word, is_float=self.is_float)
+        encoded = run_all(lambda pair: code(*pair), [(np.asarray(chunk).reshape(-1).view(np.uint8), b)
+                                                     for chunk, b in zip(window, bases)])
+        if first == 0 and len(encoded[0]):
+            chunk = np.asarray(window[0]).reshape(-1).view(np.uint8)
+            standalone = len(chunk) if alone is RAW else len(level_codec(chunk))
+            if len(encoded[0]) > (1 - DELTA_MIN_SAVING) * standalone:
+                return None
+        self.base.used = True
+        return encoded

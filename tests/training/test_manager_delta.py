@@ -1,0 +1,157 @@
+"""CheckpointManager(delta=True): keyframes, deltas against them, retention that rebases."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import lazystore as ls
+from lazystore.testing.strategies import same_tree
+
+FROZEN = np.random.default_rng(5).standard_normal((256, 1024)).astype(np.float32)  # 1 MiB, never changes
+
+
+def weights(step: int) -> np.ndarray:
+    """A trained-looking tensor after ``step`` small optimizer steps: low bits change."""
+    w = np.random.default_rng(1).standard_normal((128, 1024)).astype(np.float32)
+    return (w * np.float32(1 + 1e-6 * step)).astype(np.float32)
+
+
+def state(step: int) -> dict:
+    return {"model": {"frozen": FROZEN, "w": weights(step)}, "step": step, "lr": 0.1 / (step + 1)}
+
+
+def base_names(mgr) -> dict:
+    return {s: mgr._base_name(s) for s in mgr.steps()}
+
+
+def check_folder(mgr) -> None:
+    """Every listed checkpoint restores bit-identical and verifies; it is a
+    keyframe or a delta against a keyframe that is itself listed; nothing
+    else is in the folder."""
+    names = {mgr.path(s).name: s for s in mgr.steps()}
+    for step in mgr.steps():
+        same_tree(state(step), mgr.restore(step))
+        with mgr.open(step) as ck:
+            assert ck.verify() == []
+        base = mgr._base_name(step)
+        assert base is None or (base in names and mgr._base_name(names[base]) is None), (step, base)
+    assert sorted(os.listdir(mgr.directory)) == sorted(names)
+
+
+def test_a_keyframe_then_deltas_against_it(tmp_path):
+    mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=3)
+    for step in range(1, 8):
+        mgr.save(step, state(step))
+    key = mgr.path
+    assert base_names(mgr) == {1: None, 2: key(1).name, 3: key(1).name, 4: None, 5: key(4).name,
+                               6: key(4).name, 7: None}
+    check_folder(mgr)
+    # A delta stores only what changed: the frozen tensor costs nothing.
+    with mgr.open(5) as ck, mgr.open(4) as keyframe:
+        assert ck.info("model/frozen").stored_nbytes == 0
+        assert ck.stored_nbytes < 0.6 * keyframe.stored_nbytes
+
+
+def test_delta_false_writes_keyframes_only(tmp_path):
+    mgr = ls.CheckpointManager(tmp_path, compression="zstd")
+    for step in range(3):
+        mgr.save(step, state(step))
+    assert set(base_names(mgr).values()) == {None}
+
+
+def test_keep_last_rebases_the_kept_deltas_before_their_keyframe_goes(tmp_path):
+    mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keep_last=2, keyframe_every=4)
+    for step in range(1, 10):
+        mgr.save(step, state(step))
+        check_folder(mgr)
+        assert len(mgr.steps()) == min(step, 2)
+        # One keyframe at a time: never a keyframe that no kept checkpoint needs.
+        kept_keyframes = [s for s, b in base_names(mgr).items() if b is None]
+        assert len(kept_keyframes) == 1, base_names(mgr)
+
+
+def test_keep_best_keeps_the_best_restorable_when_its_keyframe_goes(tmp_path):
+    mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keep_last=1, keep_best=1, metric="loss",
+                               keyframe_every=3)
+    losses = {1: 5.0, 2: 1.0, 3: 4.0, 4: 3.0, 5: 2.0, 6: 6.0, 7: 7.0, 8: 8.0}
+    for step, loss in losses.items():
+        mgr.save(step, state(step), metrics={"loss": loss})
+        check_folder(mgr)
+    assert mgr.steps() == [2, 8] and mgr.best() == 2
+    assert mgr.metrics(2) == {"loss": 1.0}  # metrics survive rewriting
+
+
+def test_saving_a_step_again_rewrites_what_depends_on_it(tmp_path):
+    mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=10)
+    for step in (1, 2, 3):
+        mgr.save(step, state(step))
+    assert base_names(mgr)[3] == mgr.path(1).name
+    mgr.save(1, state(1))  # replaces the keyframe 2 and 3 were coded against
+    check_folder(mgr)
+
+
+def test_a_new_manager_continues_the_series(tmp_path):
+    for step in range(1, 6):
+        mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=3, keep_last=3)
+        mgr.save(step, state(step))
+    check_folder(mgr)
+    assert list(base_names(mgr).values()).count(None) == 1
+
+
+def test_a_manager_without_delta_still_keeps_the_bases_its_checkpoints_need(tmp_path):
+    mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=5)
+    for step in range(1, 4):
+        mgr.save(step, state(step))
+    plain = ls.CheckpointManager(tmp_path, keep_last=2, compression="zstd")
+    plain.save(4, state(4))
+    assert plain.steps() == [3, 4]
+    check_folder(plain)
+
+
+def test_background_saves_with_delta(tmp_path):
+    with ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=3, keep_last=3) as mgr:
+        futures = [mgr.save(step, state(step), blocking=False) for step in range(1, 8)]
+        for f in futures:
+            f.result()
+    check_folder(mgr)
+    assert mgr.steps() == [5, 6, 7] and mgr._base_name(6) is not None
+
+
+def test_a_frozen_base_with_changing_adapters_costs_about_one_checkpoint(tmp_path):
+    rng = np.random.default_rng(0)
+    base = {f"layer{i}": rng.standard_normal((256, 1024)).astype(np.float32) for i in range(4)}  # 4 MiB
+    mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=100)
+    for step in range(10):
+        adapters = {f"lora{i}": rng.standard_normal((8, 1024)).astype(np.float32) for i in range(4)}
+        mgr.save(step, {"base": base, "adapters": adapters})
+    sizes = [os.path.getsize(mgr.path(s)) for s in mgr.steps()]
+    # Each delta holds the new adapters (random: incompressible), the index, and nothing of the base.
+    assert all(size < 4 * 8 * 1024 * 4 + 8192 for size in sizes[1:]), sizes
+    same_tree({"base": base, "adapters": adapters}, mgr.restore())
+
+
+@pytest.mark.parametrize("bad", [{"delta": 1}, {"delta": "yes"}, {"keyframe_every": 0}, {"keyframe_every": 2.5}])
+def test_bad_delta_arguments(tmp_path, bad):
+    with pytest.raises(ls.InvalidInputError):
+        ls.CheckpointManager(tmp_path, **bad)
+
+
+def test_keyframe_pays_once_the_next_delta_costs_more_than_the_average():
+    from lazystore.training.chains import keyframe_pays
+
+    assert not keyframe_pays([100])
+    assert not keyframe_pays([100, 10, 10, 10])  # a frozen model: deltas stay small
+    assert not keyframe_pays([100, 50, 60])  # 60 per checkpoint is still under the average, 70
+    assert keyframe_pays([100, 50, 60, 70])  # 70 is the average: a new period costs less from here
+
+
+def test_drifting_weights_get_keyframes_before_keyframe_every(tmp_path):
+    w = np.random.default_rng(2).standard_normal((256, 1024)).astype(np.float32)
+    mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=100)
+    for step in range(12):
+        # Drifting ever further from the start: a delta against an old keyframe grows.
+        mgr.save(step, {"w": (w * np.float32(1 + 2e-3 * step) + np.float32(1e-3 * step)).astype(np.float32)})
+    assert 2 <= list(base_names(mgr).values()).count(None) < 12
