@@ -86,32 +86,32 @@ def table(results: list[Result]) -> str:
     return text
 
 
-def delta_table(rows: list[Result]) -> str:
-    """Delta checkpoints (no target): other ways to store the series, over standalone zstd."""
-    return _grid(["delta checkpoints (no target)", "stored", "standalone zstd", "ratio"],
-                 [[r.title, figure(r, r.ours), figure(r, r.anchor), f"{r.ratio:.3f}" if r.ratio is not None else ""]
+def _ratio_table(heading: str, ours: str, anchor: str, rows: list[Result], title=lambda r: r.title) -> str:
+    """A group's table (no target): each row's two figures and their ratio, same run."""
+    return _grid([heading, ours, anchor, "ratio"],
+                 [[title(r), figure(r, r.ours), figure(r, r.anchor), f"{r.ratio:.3f}" if r.ratio is not None else ""]
                   for r in rows])
+
+
+def delta_table(rows: list[Result]) -> str:
+    """Delta checkpoints: other ways to store the series, over standalone zstd."""
+    return _ratio_table("delta checkpoints (no target)", "stored", "standalone zstd", rows)
 
 
 def background_table(rows: list[Result]) -> str:
-    """Background saves (no target): each figure over the one it is compared with, same run."""
-    return _grid(["background saves (no target)", "measured", "compared with", "ratio"],
-                 [[f"{r.title} [{r.anchor_label}]", figure(r, r.ours), figure(r, r.anchor),
-                   f"{r.ratio:.3f}" if r.ratio is not None else ""] for r in rows])
+    """Background saves: each figure over the one it is compared with."""
+    return _ratio_table("background saves (no target)", "measured", "compared with", rows,
+                        title=lambda r: f"{r.title} [{r.anchor_label}]")
 
 
 def dcp_table(rows: list[Result]) -> str:
-    """torch.distributed.checkpoint (no target): lazystore.dcp against FileSystemWriter/Reader."""
-    return _grid(["distributed checkpoint, dcp (no target)", "lazystore", "FileSystemWriter/Reader", "ratio"],
-                 [[r.title, figure(r, r.ours), figure(r, r.anchor), f"{r.ratio:.3f}" if r.ratio is not None else ""]
-                  for r in rows])
+    """torch.distributed.checkpoint: lazystore.dcp against FileSystemWriter/Reader."""
+    return _ratio_table("distributed checkpoint, dcp (no target)", "lazystore", "FileSystemWriter/Reader", rows)
 
 
 def remote_table(rows: list[Result]) -> str:
-    """Remote reads (no target): lazystore against downloading the whole file."""
-    return _grid(["remote read over loopback HTTP (no target)", "lazystore", "whole file", "ratio"],
-                 [[r.title, figure(r, r.ours), figure(r, r.anchor), f"{r.ratio:.3f}" if r.ratio is not None else ""]
-                  for r in rows])
+    """Remote reads: lazystore against downloading the whole file."""
+    return _ratio_table("remote read over loopback HTTP (no target)", "lazystore", "whole file", rows)
 
 
 # -- the machine ------------------------------------------------------------------------

@@ -114,8 +114,10 @@ def cpu(ctx: Context) -> list[Result]:
     assert picked.keys() == reference.keys() and all(picked[k].equal(reference[k]) for k in picked)
     t = compare(cases, reps=ctx.scale.small_reps)
     size = size_label(n)
+    first = f"layers.0.{LAYER[0][0]}"
+    want = safetensors.torch.load_file(theirs)[first]
     for model in (model_ours, model_theirs):  # both loads must have read the same values
-        assert model.state_dict()[f"layers.0.{LAYER[0][0]}"].equal(reference_layer0(theirs))
+        assert model.state_dict()[first].equal(want)
     return [
         timed("torch_load_file", f"load_file, {size} bf16 in {layers * len(LAYER)} tensors, every page touched",
               t, "lazystore.torch.load_file", "safetensors.torch.load_file", target=Target("<=", 1.0, "ratio"),
@@ -127,12 +129,6 @@ def cpu(ctx: Context) -> list[Result]:
               "lazystore.torch.load_model", "safetensors.torch.load_model", target=Target("<=", 0.9, "ratio"),
               nbytes=n, note="load_state_dict copies each tensor into the module's parameter"),
     ]
-
-
-def reference_layer0(path):
-    import safetensors.torch
-
-    return safetensors.torch.load_file(path)[f"layers.0.{LAYER[0][0]}"]
 
 
 def _folder(ctx: Context):
