@@ -57,10 +57,7 @@ class Placement:
         still be under way until the with-block ends)."""
         if self._staging is not None:
             return self._staging.put(arr)
-        t = torch_arrays.cpu_tensor(arr)
-        if self._dev is not None and self._dev.type != "cpu":
-            t = t.to(self._dev)
-        return t
+        return torch_arrays.on_device(arr, self._dev)
 
 
 def _is_cuda(dev) -> bool:

@@ -179,7 +179,13 @@ def from_numpy(arr: np.ndarray, node: dict, dev=None):
     """The torch tensor for one loaded array, sharing its memory on the CPU,
     moved to ``dev`` and given back the attributes :func:`describe` recorded.
     (Many tensors for a GPU go faster through :class:`~lazystore._core.staging.Placement`.)"""
+    return with_attributes(on_device(arr, dev), node)
+
+
+def on_device(arr: np.ndarray, dev=None):
+    """``arr`` as a torch tensor on ``dev`` (None: the CPU, sharing its memory),
+    moved with ``Tensor.to``."""
     t = cpu_tensor(arr)
     if dev is not None and dev.type != "cpu":
         t = t.to(dev)
-    return with_attributes(t, node)
+    return t
