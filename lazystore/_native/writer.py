@@ -190,8 +190,7 @@ class Writer(CloseOrAbort):
                     else:
                         stored = encoded
                 hashed = start_all(digest, stored)  # hashed on pool threads while we write
-                for blob in stored:
-                    lengths.append(self._write(blob))
+                lengths += self._write_many(stored)
                 checksums.extend(hashed())
         except BaseException:
             # Part of the tensor is written and the rest never will be: the
@@ -280,9 +279,13 @@ class Writer(CloseOrAbort):
             raise InvalidInputError(f"duplicate tensor name {name!r}")
 
     def _write(self, data) -> int:
-        n = self._sink.write(data)
-        self._pos += n
-        return n
+        return self._write_many((data,))[0]
+
+    def _write_many(self, blobs) -> list[int]:
+        # A window's chunks in one call: a local sink writes them as one.
+        lengths = self._sink.write_many(blobs)
+        self._pos += sum(lengths)
+        return lengths
 
     def _pad_to_alignment(self) -> None:
         pad = fmt.align_up(self._pos, self._alignment) - self._pos

@@ -10,6 +10,22 @@ part. ``closed`` is true once either has run.
 from __future__ import annotations
 
 
+class Sink:
+    """What a sink offers beyond ``write``: ``write_many``, for a writer's
+    window of chunks. Sinks that gain nothing from having them together
+    write them one by one."""
+
+    def write_many(self, blobs) -> list[int]:
+        """Write ``blobs`` in order; their lengths."""
+        return [self.write(blob) for blob in blobs]
+
+
+def byte_view(data) -> memoryview:
+    """``data``'s bytes as a flat memoryview of unsigned bytes (no copy)."""
+    view = memoryview(data)
+    return view if view.ndim == 1 and view.format == "B" else view.cast("B")
+
+
 class CloseOrAbort:
     """``with`` support for writers: close (commit) when the block ends
     normally, abort (discard everything) when it raises."""

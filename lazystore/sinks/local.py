@@ -2,12 +2,25 @@
 :mod:`lazystore.sinks.partials`), fsync'd, renamed over the target, and the
 folder fsync'd.
 
-Bytes go to the file descriptor with ``os.write``: large writes (a raw
-tensor) directly, small ones (padding, the index) gathered in a buffer of
-our own first. A buffered file object would flush on close, so throwing a
-failed save away on a full disk would fail again, and the partial file,
-filling the disk, would stay; here abort removes the name first and drops
-the buffer unwritten.
+Bytes reach the file descriptor in writes that start and end on a
+multiple of ``WRITE_ALIGN`` (only the file's last write ends anywhere): the
+stretch of a write that covers whole aligned blocks goes straight from the
+caller's buffers (one ``os.writev`` for a window of chunks, no copy); the
+bytes before the next boundary and after the last (padding, small tensors,
+a tensor's ragged ends) are gathered in a buffer of our own first.
+
+Why aligned and large: Linux (6.x, ext4 and xfs) fills the page cache in
+folios sized by each write and aligned to its offset, and a mapped read
+faults in a whole folio at a time. Written as 1 MiB chunks behind the
+64-byte preamble, a 256 MiB file was left in small folios: touching every
+page of its mapping took 9.4 ms against 2.0 ms after 2 MiB-aligned writes of
+8 MiB, and ``lazystore.torch.load_file`` with every page touched 16.6 ms
+against 7.7 ms (safetensors, which writes each tensor whole: 15.0 ms).
+
+A buffered file object would flush on close, so throwing a failed save away
+on a full disk would fail again, and the partial file, filling the disk,
+would stay; here abort removes the name first and drops the buffer
+unwritten.
 """
 
 from __future__ import annotations
@@ -18,15 +31,16 @@ import weakref
 from pathlib import Path
 
 from lazystore.sinks import partials
+from lazystore.sinks.base import Sink, byte_view
 
-# Writes smaller than this are gathered into one buffer of up to
-# BUFFER_BYTES before they reach the file: a save of many small tensors is
-# then a few large writes, not several small ones per tensor.
-SMALL_WRITE = 64 << 10
-BUFFER_BYTES = 1 << 20
+# Writes start and end on multiples of this (the largest page-cache folio on
+# x86-64 and arm64 with 4 KiB pages); see the module docstring.
+WRITE_ALIGN = 2 << 20
+# The most buffers one os.writev takes (POSIX guarantees 16; Linux takes 1024).
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
 
 
-class LocalSink:
+class LocalSink(Sink):
     """A partial file beside the target, renamed over it when complete."""
 
     def __init__(self, path: Path):
@@ -46,18 +60,29 @@ class LocalSink:
         return self._partial.fd < 0
 
     def write(self, data) -> int:
-        view = memoryview(data)
-        if view.ndim != 1 or view.format != "B":
-            view = view.cast("B")
-        n = len(view)
-        if n < SMALL_WRITE:
-            self._buffer += view
-            if len(self._buffer) >= BUFFER_BYTES:
+        return self.write_many((data,))[0]
+
+    def write_many(self, blobs) -> list[int]:
+        views = [byte_view(b) for b in blobs]
+        lengths = [len(v) for v in views]
+        views = [v for v in views if v]  # an unchanged delta chunk is stored as nothing
+        # Complete the buffered block first: the file then ends on a boundary.
+        while views and self._buffer:
+            room = WRITE_ALIGN - len(self._buffer)
+            self._buffer += views[0][:room]
+            views[0] = views[0][room:]
+            if not views[0]:
+                views.pop(0)
+            if len(self._buffer) == WRITE_ALIGN:
                 self._drain()
-        else:
-            self._drain()
-            self._partial.write(view)
-        return n
+        # Whole blocks straight from the caller's buffers, the rest buffered.
+        whole = sum(map(len, views)) // WRITE_ALIGN * WRITE_ALIGN
+        direct, rest = _split(views, whole)
+        for start in range(0, len(direct), IOV_MAX):
+            self._partial.write(direct[start : start + IOV_MAX])
+        for view in rest:
+            self._buffer += view
+        return lengths
 
     def rewrite_head(self, data) -> None:
         """Overwrite the file's first ``len(data)`` bytes, already written (the
@@ -88,8 +113,21 @@ class LocalSink:
 
     def _drain(self) -> None:
         if self._buffer:
-            self._partial.write(memoryview(self._buffer))
+            self._partial.write([memoryview(self._buffer)])
             self._buffer = bytearray()
+
+
+def _split(views: list[memoryview], n: int) -> tuple[list[memoryview], list[memoryview]]:
+    """``views`` cut after their first ``n`` bytes: (those, the rest)."""
+    head: list[memoryview] = []
+    for i, view in enumerate(views):
+        if n <= 0:
+            return head, views[i:]
+        if len(view) > n:
+            return [*head, view[:n]], [view[n:], *views[i + 1 :]]
+        head.append(view)
+        n -= len(view)
+    return head, []
 
 
 class _Partial:
@@ -108,11 +146,15 @@ class _Partial:
         self._flusher: threading.Thread | None = None
         self._flush_error: OSError | None = None
 
-    def write(self, view: memoryview) -> None:
-        done = 0
-        while done < len(view):
-            done += os.write(self.fd, view[done:])
-        self._unflushed += done
+    def write(self, views: list[memoryview]) -> None:
+        """Write all of ``views``, in order, looping over short writes: one
+        os.write for one buffer, one os.writev (as one large write to the
+        page cache) for several."""
+        total = sum(map(len, views))
+        while views:
+            n = os.write(self.fd, views[0]) if len(views) == 1 else os.writev(self.fd, views)
+            _, views = _split(views, n)
+        self._unflushed += total
         if self._unflushed >= self.FLUSH_EVERY and not (self._flusher and self._flusher.is_alive()):
             self._unflushed = 0
             self._flusher = threading.Thread(target=self._flush, daemon=True, name="lazystore-flush")

@@ -17,6 +17,7 @@ import weakref
 
 from lazystore.errors import LazyStoreError
 from lazystore.sinks import partials
+from lazystore.sinks.base import Sink, byte_view
 
 # Part size of S3 multipart uploads: parts are 32-64 MiB, so the upload holds
 # at most ~100 MiB and, with S3's 10,000 parts, objects reach 312 GiB. The
@@ -34,7 +35,7 @@ UPLOAD_PROTOCOLS = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"}
 READ_ONLY_PROTOCOLS = {"http", "https"}
 
 
-class UploadSink:
+class UploadSink(Sink):
     """An object store's upload: the object appears only when it completes."""
 
     def __init__(self, fs, path: str, url: str, block_size: int | None):
@@ -50,7 +51,7 @@ class UploadSink:
         return self._done
 
     def write(self, data) -> int:
-        view = memoryview(data).cast("B")
+        view = byte_view(data)
         # One block at a time: the upload buffers less than two blocks.
         try:
             for start in range(0, len(view), self._piece):
@@ -81,7 +82,7 @@ class UploadSink:
         self._finalizer()
 
 
-class RenameSink:
+class RenameSink(Sink):
     """A hidden temporary object, moved over the target when complete."""
 
     def __init__(self, fs, path: str, url: str):
@@ -99,7 +100,7 @@ class RenameSink:
         return self._done
 
     def write(self, data) -> int:
-        return self._file.write(memoryview(data).cast("B"))
+        return self._file.write(byte_view(data))
 
     def flush(self) -> None:
         pass

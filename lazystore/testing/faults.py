@@ -2,8 +2,9 @@
 
 SQLite and LevelDB fail the k-th I/O call of an operation, for every k, and
 check what is left afterwards. :class:`SyscallFaults` does that in-process
-for the calls a lazystore save makes: it wraps ``os.write``, ``os.pwrite``
-(a local save's rewrite of its first bytes), ``os.fsync``, ``os.fdatasync``,
+for the calls a lazystore save makes: it wraps ``os.write``, ``os.writev``
+(a window of chunks in one call), ``os.pwrite`` (a local save's rewrite of
+its first bytes), ``os.fsync``, ``os.fdatasync``,
 ``os.replace`` and ``os.rename``, counts them, and makes the k-th raise
 ``OSError`` with the errno asked for (EIO, ENOSPC, ...)::
 
@@ -15,7 +16,7 @@ for the calls a lazystore save makes: it wraps ``os.write``, ``os.pwrite``
                 ls.save(state, path)
         ...  # the previous checkpoint is intact, nothing is left behind
 
-``short_writes=n`` also makes every ``os.write`` and ``os.pwrite`` write at most ``n`` bytes,
+``short_writes=n`` also makes every ``os.write``, ``os.writev`` and ``os.pwrite`` write at most ``n`` bytes,
 as a full pipe or a signal would, to prove callers loop over short writes.
 Only one :class:`SyscallFaults` may be active at a time; calls from every
 thread are counted.
@@ -27,9 +28,9 @@ import errno as errnos
 import os
 import threading
 
-CALLS = ("write", "pwrite", "fsync", "fdatasync", "replace", "rename")
+CALLS = ("write", "writev", "pwrite", "fsync", "fdatasync", "replace", "rename")
 # The calls that write bytes: ``short_writes`` cuts their data (their second argument).
-WRITES = ("write", "pwrite")
+WRITES = ("write", "writev", "pwrite")
 
 
 class InjectedFault(OSError):
@@ -82,7 +83,21 @@ class SyscallFaults:
                     raise InjectedFault(self.errno, f"{os.strerror(self.errno)} (injected: call {k}, os.{name})")
             if name in WRITES and self.short_writes:
                 fd, data, *rest = args
-                return real(fd, memoryview(data)[: self.short_writes], *rest)
+                n = self.short_writes
+                cut = _first_bytes(data, n) if name == "writev" else memoryview(data)[:n]
+                return real(fd, cut, *rest)
             return real(*args, **kwargs)
 
         return call
+
+
+def _first_bytes(buffers, n: int) -> list[memoryview]:
+    """The first ``n`` bytes of a writev's buffers (at least one buffer)."""
+    out = []
+    for buf in buffers:
+        view = memoryview(buf).cast("B")[:n]
+        out.append(view)
+        n -= len(view)
+        if n <= 0:
+            break
+    return out
