@@ -40,7 +40,7 @@ from lazystore._native.writer import Writer
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.interop.sharded import INDEX_FORMAT, INDEX_NAME, INDEX_VERSION, SHARD_KEY, read_index_json
 from lazystore.sinks import CloseOrAbort, fsync_dir, open_sink
-from lazystore.sinks.partials import folder_lock
+from lazystore.sinks.partials import folder_lock, remove_stale_held
 
 STAGING_PREFIX = ".lazystore-save-"
 STAGING_NAME = re.compile(re.escape(STAGING_PREFIX) + r"(?P<id>[0-9a-f]{32})")
@@ -221,8 +221,10 @@ def _create_staging(folder: Path, staging: Path) -> int:
 
 def remove_unreferenced(folder: Path) -> None:
     """Remove what no current save needs: shard files the folder's index does
-    not name and that belong to no live save, and dead saves' staging
-    folders. Skipped when another save is publishing or cleaning up (it, or
+    not name and that belong to no live save, dead saves' staging folders,
+    and the partial files of dead writers (an index write killed midway:
+    the index's own sink cannot clean up, as the save holds the folder while
+    it publishes). Skipped when another save is publishing or cleaning up (it, or
     the next save, cleans up instead), or when the index cannot be read."""
     try:
         with folder_lock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB):
@@ -243,6 +245,7 @@ def remove_unreferenced(folder: Path) -> None:
                 m = SHARD_NAME.fullmatch(entry)
                 if m and entry not in named and m["id"] not in live:
                     (folder / entry).unlink(missing_ok=True)
+            remove_stale_held(folder)
     except OSError:
         pass  # busy, or the folder cannot be locked: leave everything
 

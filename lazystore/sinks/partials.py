@@ -50,14 +50,20 @@ def remove_stale(folder: Path) -> list[Path]:
     """Delete the partial files in ``folder`` whose writers are gone (no lock
     held). Returns what was removed. Files it cannot inspect are left alone,
     and so is everything while another writer is creating its file."""
-    removed: list[Path] = []
     try:
         with folder_lock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB):
-            for name in os.listdir(folder):
-                if PARTIAL_NAME.fullmatch(name) and _remove_if_unlocked(folder / name):
-                    removed.append(folder / name)
+            return remove_stale_held(folder)
     except OSError:
-        pass  # a creator holds the folder, or it cannot be read or locked: clean up next time
+        return []  # a creator holds the folder, or it cannot be read or locked: clean up next time
+
+
+def remove_stale_held(folder: Path) -> list[Path]:
+    """:func:`remove_stale` for a caller that already holds the exclusive
+    folder lock (a sharded save cleaning up after it published)."""
+    removed: list[Path] = []
+    for name in os.listdir(folder):
+        if PARTIAL_NAME.fullmatch(name) and _remove_if_unlocked(folder / name):
+            removed.append(folder / name)
     return removed
 
 
