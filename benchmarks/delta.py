@@ -8,13 +8,15 @@ all-MiniLM-L6-v2 with its trained weights, AdamW, lr 2e-5, on the CPU):
   with zstd, over the same series stored standalone with zstd. The target
   rows are the model's weights, as the issue measured them (a ~75 MB
   checkpoint); the rows with the AdamW moments too are informational, as
-  are the alternatives: every delta against the previous checkpoint (a
-  chain) and against the first (one keyframe).
+  are the alternatives: the manager with ``delta_depth=1`` (a star around
+  each keyframe), every delta against the previous checkpoint (a chain)
+  and against the first (one keyframe).
 - ``frozen``: ten checkpoints of a model whose 16 MiB base (real trained
   weights) is frozen while its LoRA adapters train, over one checkpoint.
-- ``timing``: a delta save (against a keyframe three checkpoints back, the
-  10-step series) over a standalone compressed save of the same state, and
-  restoring that delta over restoring the standalone file.
+- ``timing``: in the 10-step series stored by the manager, its deepest
+  checkpoint (the most files a restore reads): saving it as a delta
+  against its base over a standalone compressed save of the same state,
+  and restoring it over restoring the standalone file.
 
 ``python -m benchmarks.delta [--quick]`` runs these alone and prints the rows.
 """
@@ -49,23 +51,37 @@ def _state(path: Path, model_only: bool):
 
 def _store(folder: Path, paths: list[Path], model_only: bool, how: str) -> list[int]:
     """Bytes of the series stored ``how``: "standalone", "delta" (the
-    manager's policy), "chain" (each against the previous) or "first"
-    (each against the first)."""
+    manager's policy), "star" (the manager's, one delta deep), "chain"
+    (each against the previous) or "first" (each against the first)."""
+    mgr = _series(folder, paths, model_only, how)
+    sizes = [mgr.path(i).stat().st_size for i in range(len(paths))]
+    shutil.rmtree(folder)
+    return sizes
+
+
+def _series(folder: Path, paths: list[Path], model_only: bool, how: str):
+    """The manager of ``folder`` after storing the series there ``how`` (see :func:`_store`)."""
     import lazystore as ls
 
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    mgr = ls.CheckpointManager(folder, compression="zstd", delta=how == "delta")
+    star = {"delta_depth": 1} if how == "star" else {}
+    mgr = ls.CheckpointManager(folder, compression="zstd", delta=how in ("delta", "star"), **star)
     for i, path in enumerate(paths):
         state = _state(path, model_only)
-        if how in ("standalone", "delta") or i == 0:
+        if how in ("standalone", "delta", "star") or i == 0:
             mgr.save(i, state)
         else:
             base = mgr.path(i - 1 if how == "chain" else 0)
             ls.save(state, mgr.path(i), compression="zstd", base=base)
-    sizes = [mgr.path(i).stat().st_size for i in range(len(paths))]
-    shutil.rmtree(folder)
-    return sizes
+    return mgr
+
+
+def _depth(mgr, step: int) -> int:
+    """How many deltas deep checkpoint ``step`` is: the files a restore reads, less one."""
+    names = {mgr.path(s).name: s for s in mgr.steps()}
+    base = mgr._base_name(step)
+    return 0 if base is None else 1 + _depth(mgr, names[base])
 
 
 def series(ctx: Context) -> list[Result]:
@@ -76,14 +92,14 @@ def series(ctx: Context) -> list[Result]:
         for model_only, what in ((True, "model"), (False, "model+AdamW")):
             alones = _store(root / "alone", paths, model_only, "standalone")
             alone = sum(alones)
-            hows = ("delta", "chain", "first") if model_only else ("delta",)
+            hows = ("delta", "star", "chain", "first") if model_only else ("delta",)
             for how in hows:
                 sizes = _store(root / how, paths, model_only, how)
                 size = sum(sizes)
                 each = " ".join(f"{a / b:.2f}" for a, b in zip(sizes, alones))
                 target = Target("<=", 0.6, "ratio") if (how == "delta" and model_only) else None
-                label = {"delta": "CheckpointManager(delta=True)", "chain": "each against the previous",
-                         "first": "each against the first"}[how]
+                label = {"delta": "CheckpointManager(delta=True)", "star": "delta_depth=1 (a star)",
+                         "chain": "each against the previous", "first": "each against the first"}[how]
                 suffix = ("" if model_only else "_adamw") + ("" if how == "delta" else f"_{how}")
                 name = f"delta_series_{interval}{suffix}"
                 rows.append(Result(name, f"{SERIES} checkpoints every {interval} steps, {what}: {label}, zstd",
@@ -138,18 +154,20 @@ def timing(ctx: Context) -> list[Result]:
     import lazystore as ls
 
     interval = 10 if ctx.scale.mode == "full" else 1
-    paths = finetune.checkpoints(_steps(interval)[:4])
+    paths = finetune.checkpoints(_steps(interval))
     folder = ctx.files.scratch("delta-timing")
-    folder.mkdir(parents=True, exist_ok=True)
-    keyframe = folder / "keyframe.lzy"
-    ls.save(_state(paths[0], True), keyframe, compression="zstd")
-    state = _state(paths[3], True)  # three intervals on: the largest delta of a 4-checkpoint period
-    delta, alone = folder / "delta.lzy", folder / "alone.lzy"
+    mgr = _series(folder / "series", paths, True, "delta")
+    # The deepest checkpoint the policy made (the latest of the deepest): its restore reads the most files.
+    step = max(mgr.steps(), key=lambda s: (_depth(mgr, s), s))
+    depth = _depth(mgr, step)
+    base = mgr.directory / mgr._base_name(step)
+    state = _state(paths[step], True)
+    delta, alone = mgr.directory / "delta.lzy", folder / "alone.lzy"  # a delta beside its base
     saves = compare({
-        "delta save": lambda: ls.save(state, delta, compression="zstd", base=keyframe),
+        "delta save": lambda: ls.save(state, delta, compression="zstd", base=base),
         "standalone save": lambda: ls.save(state, alone, compression="zstd"),
     }, reps=ctx.scale.reps)
-    loads = compare({"delta restore": lambda: ls.load(delta), "standalone restore": lambda: ls.load(alone)},
+    loads = compare({"delta restore": lambda: ls.load(mgr.path(step)), "standalone restore": lambda: ls.load(alone)},
                     reps=ctx.scale.reps)
     shutil.rmtree(folder)
     rows = []
@@ -158,7 +176,8 @@ def timing(ctx: Context) -> list[Result]:
         t, a = timings[ours], timings[anchor]
         spread = (f"{ours} {min(t.samples):.2f}-{max(t.samples):.2f} s, "
                   f"{anchor} {min(a.samples):.2f}-{max(a.samples):.2f} s")
-        rows.append(Result(name, f"{ours} of the fine-tune's model (every {interval} steps, 3 from its keyframe)",
+        rows.append(Result(name, f"{ours} of the fine-tune's model (every {interval} steps, checkpoint {step + 1} "
+                           f"of 8, {depth} deltas deep: the deepest)",
                            t.median, a.median, "s", t.median / a.median, Target("<=", limit, "ratio"), "time",
                            subject=ours, anchor_label=anchor, samples={ours: list(t.samples), anchor: list(a.samples)},
                            note=spread, group="delta"))

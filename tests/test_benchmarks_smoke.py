@@ -28,7 +28,7 @@ REMOTE = {f"remote_{v}_{what}" for v in ("raw", "zstd") for what in ("bytes", "r
 # torch.distributed.checkpoint through lazystore.dcp against FileSystemWriter/Reader.
 DCP = {f"dcp_{what}_{v}" for v in ("raw", "zstd") for what in ("save", "load", "size", "one_bytes")}
 # Delta checkpoints: the series stored other ways, and with the AdamW moments (quick: every step only).
-DELTA = {"delta_series_1_chain", "delta_series_1_first", "delta_series_1_adamw"}
+DELTA = {"delta_series_1_star", "delta_series_1_chain", "delta_series_1_first", "delta_series_1_adamw"}
 # Background saves: pauses, a real training loop's step time, thread vs process writers, memory.
 BACKGROUND = {
     "bg_pause_vs_memcpy", "bg_durable", "bg_dcp_async_pause", "bg_dcp_async_durable", "bg_train_overhead",

@@ -17,7 +17,9 @@ chunk records. docs/format.md §9.3 is the normative description.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -26,8 +28,10 @@ from lazystore.codecs.zstd import ZstdPlanes
 from lazystore.errors import FormatError
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_local = threading.local()
 
 
+@cache  # asked once per chunk read: a dtype's name is built anew on each call
 def word_size(dtype: np.dtype) -> int:
     """The integer width a dtype's difference is taken over: the element,
     or each of a complex number's two parts (complex32, complex64, complex128)."""
@@ -58,6 +62,17 @@ def add_zigzag_into(out: np.ndarray, zigzag: np.ndarray, word: int) -> None:
     np.add(view, z, out=view)
 
 
+def _scratch(nbytes: int) -> np.ndarray:
+    """This thread's reusable buffer for a chunk's zigzag words: a delta
+    level of a chain restore decodes one per chunk, and a fresh one each
+    time costs an allocation (and, past malloc's mmap threshold, page
+    faults on every chunk)."""
+    buf = getattr(_local, "zigzag", None)
+    if buf is None or len(buf) < nbytes:
+        buf = _local.zigzag = np.empty(nbytes, dtype=np.uint8)
+    return buf[:nbytes]
+
+
 @dataclass(frozen=True)
 class DeltaPlanes(Codec):
     level: int | None = None  # as ZstdPlanes: None tunes the zstd setting per dtype
@@ -82,7 +97,7 @@ class DeltaPlanes(Codec):
             return  # unchanged: the base's bytes are the chunk's
         if len(out) % word:
             raise FormatError(f"corrupt chunk: {len(out)} bytes are not whole {word}-byte words")
-        zigzag = np.empty(len(out), dtype=np.uint8)
+        zigzag = _scratch(len(out))
         ZstdPlanes().decode_into(stored, zigzag, planes)
         add_zigzag_into(out, zigzag, word)
 

@@ -1,26 +1,39 @@
-"""Delta checkpoints in a CheckpointManager folder: which base, and rebasing.
+"""Delta checkpoints in a CheckpointManager folder: the shape of the series,
+and which base a new checkpoint gets.
 
 With ``delta=True`` every checkpoint is either a **keyframe** (an ordinary
-file) or a delta file (format 1.2) coded against the **latest keyframe**:
-a star around each keyframe, never a longer chain, so restoring any
-checkpoint reads at most two files. (A checkpoint rebased at retention may
-be a delta against a later keyframe: a base need not be older.) A new
-keyframe is written when one more delta would likely cost more per
-checkpoint than starting afresh (:func:`keyframe_pays`), and at the latest
-every ``keyframe_every`` saves (the keyframe counting as one). Measured on
-a real fine-tune (docs/training.md, "Delta checkpoints"): a delta against
-the keyframe grows with its distance from it, while a chain of deltas
-against the previous checkpoint is smaller but makes a restore walk the
-chain; the star keeps a restore at about twice a standalone one.
+file) or a delta file (format 1.2) coded against another checkpoint, its
+base. The bases form a tree under each keyframe, at most ``delta_depth``
+deltas deep, so restoring any checkpoint reads at most ``delta_depth + 1``
+files:
 
-Retention deletes a checkpoint only after no kept checkpoint needs it: the
-kept dependents of a keyframe about to go are rewritten first, as deltas
-against the newest kept keyframe (or, if none is left, the earliest as a
-new keyframe and the others against it), each atomically
-(temporary file, fsync, rename), so that at every moment each listed
-checkpoint is complete and its base present. Then the checkpoints nobody
-keeps go, deltas before keyframes, so a crash between two deletions leaves
-no listed delta without its base.
+* depth 1 is a star: every delta against the keyframe;
+* depth 2 (the default) is a star of stars: **centres** coded against the
+  keyframe, and the checkpoints after a centre coded against it, until a
+  new centre pays; and so on for deeper bounds.
+
+Why: measured on a real fine-tune (docs/training.md, "Delta checkpoints"),
+a delta grows with the distance between the two checkpoints, at every
+distance (every 10 steps, against the keyframe: 0.43, 0.49, 0.52, 0.56,
+0.60, 0.62, 0.63 of a standalone checkpoint). A chain against the previous
+checkpoint keeps every delta one interval wide but makes a restore decode
+every file back to the keyframe; a star keeps restores at two files but
+its deltas widen. A second level keeps most deltas one or two intervals
+wide at three files per restore. (8 checkpoints every 10 steps, model
+weights, over standalone: a star with one keyframe 0.60, the manager's
+star 0.65 (it renewed its keyframe), two levels 0.58, the best tree of
+depth 2 0.58, an unbounded chain 0.56. The price: restoring the deepest
+checkpoint took 2.9-3.3x a standalone restore, a star's 2.0-2.1x.)
+
+When a centre or the keyframe is renewed follows one rule,
+:func:`keyframe_pays`: a star (its centre, then the deltas against it)
+costs its centre once and ever wider deltas, and the average per
+checkpoint is lowest when it ends as its next delta would cost more than
+the average so far. A new keyframe is also written every
+``keyframe_every`` saves at the latest (the keyframe counting as one).
+
+Retention's side of the tree (rewriting what depends on a checkpoint that
+goes) is :mod:`lazystore.training.rebasing`.
 """
 
 from __future__ import annotations
@@ -30,7 +43,10 @@ from pathlib import Path
 
 from lazystore import api
 from lazystore._native.base_ref import BASE_KEY
-from lazystore._native.writer import Writer
+
+# Deltas per restore at most, by default (a restore reads one file more):
+# see the module docstring and docs/training.md for the measured trade.
+DEFAULT_DEPTH = 2
 
 
 def base_of(path: Path) -> str | None:
@@ -40,80 +56,104 @@ def base_of(path: Path) -> str | None:
     return None if ref is None else ref["file"]
 
 
+class Series:
+    """The bases of a folder's listed checkpoints, as steps: a forest whose
+    roots are keyframes. A checkpoint whose base is no listed checkpoint (a
+    file written by hand, say) is a root too, but no keyframe: nothing new
+    is coded under it."""
+
+    def __init__(self, mgr, steps: list[int]):
+        self.steps = sorted(steps)
+        by_name = {mgr.path(s).name: s for s in self.steps}
+        self.parent: dict[int, int | None] = {}
+        self.foreign: set[int] = set()  # based on a file that is not a listed checkpoint
+        for s in self.steps:
+            name = mgr._base_name(s)
+            self.parent[s] = by_name.get(name) if name is not None else None
+            if name is not None and name not in by_name:
+                self.foreign.add(s)
+
+    def chain(self, step: int) -> list[int]:
+        """The bases of ``step``, nearest first, up to its root."""
+        out, s = [], self.parent[step]
+        while s is not None and len(out) <= len(self.steps):  # the bound: no cycle can hang us
+            out.append(s)
+            s = self.parent[s]
+        return out
+
+    def depth(self, step: int) -> int:
+        return len(self.chain(step))
+
+    def root(self, step: int) -> int:
+        chain = self.chain(step)
+        return chain[-1] if chain else step
+
+    def is_keyframe(self, step: int) -> bool:
+        return self.parent[step] is None and step not in self.foreign
+
+    def children(self, step: int, after: bool = False) -> list[int]:
+        """Checkpoints coded against ``step`` (only those of later steps with ``after``)."""
+        return [s for s in self.steps if self.parent[s] == step and (not after or s > step)]
+
+    def descendants(self, step: int) -> list[int]:
+        return [s for s in self.steps if step in self.chain(s)]
+
+    def rebased(self, step: int, base: int | None) -> None:
+        self.parent[step] = base
+        self.foreign.discard(step)
+
+    def removed(self, step: int) -> None:
+        self.steps.remove(step)
+        del self.parent[step]
+        self.foreign.discard(step)
+
+
 def choose_base(mgr, step: int) -> Path | None:
-    """The keyframe a new checkpoint of ``step`` is to be a delta against,
+    """The checkpoint a new checkpoint of ``step`` is to be a delta against,
     or None when it is to be a keyframe itself: the first checkpoint, one
     saved out of order, one ``keyframe_every`` saves after the keyframe, or
-    one whose delta would likely cost more than starting afresh (see
-    :func:`keyframe_pays`)."""
-    steps = [s for s in mgr.steps() if s != step]
-    if not steps or steps[-1] > step:
+    one whose delta would likely cost more than starting afresh."""
+    series = Series(mgr, [s for s in mgr.steps() if s != step])
+    if not series.steps or series.steps[-1] > step:
         return None
-    latest = steps[-1]
-    base = mgr._base_name(latest)
-    keyframe = mgr.path(latest).name if base is None else base
-    first = next((s for s in steps if mgr.path(s).name == keyframe), None)
-    if first is None:
-        return None  # the base is no checkpoint of this folder's: start afresh
-    # Deltas saved since the keyframe (not older checkpoints rebased onto it).
-    deltas = [s for s in steps if s > first and mgr._base_name(s) == keyframe]
-    if len(deltas) + 1 >= mgr.keyframe_every:
+    keyframe = series.root(series.steps[-1])
+    if not series.is_keyframe(keyframe):
+        return None  # the latest checkpoint's root is no keyframe of this folder's: start afresh
+    # Saved since the keyframe (not older checkpoints rebased onto it).
+    period = [s for s in series.steps if s > keyframe and series.root(s) == keyframe]
+    if len(period) + 1 >= mgr.keyframe_every:
         return None
-    sizes = [os.path.getsize(mgr.path(s)) for s in (first, *deltas)]
-    return None if keyframe_pays(sizes) else mgr.directory / keyframe
+    sizes = {s: os.path.getsize(mgr.path(s)) for s in (keyframe, *period)}
+    # The current centre at each depth: the latest checkpoint coded against the one above.
+    spine = [keyframe]
+    while len(spine) < mgr.delta_depth:
+        later = series.children(spine[-1], after=True)
+        if not later:
+            break
+        spine.append(later[-1])
+    # From the deepest centre up, the first whose star does not yet pay for a new centre.
+    level = next((d for d in range(len(spine) - 1, 0, -1)
+                  if not keyframe_pays([sizes[s] for s in (spine[d], *series.children(spine[d], after=True))])), 0)
+    base = spine[level]
+    # What the new delta will likely cost: the last delta against the same
+    # base, or else the last one at the same depth.
+    alike = series.children(base, after=True) or [s for s in period if series.depth(s) == level + 1]
+    if alike and keyframe_pays([*sizes.values(), sizes[alike[-1]]]):
+        return None
+    return mgr.path(base)
 
 
 def keyframe_pays(sizes: list[int]) -> bool:
-    """Is a new keyframe cheaper in the long run than one more delta?
-    ``sizes``: the current keyframe's file, then its deltas in order.
+    """Is starting a new star cheaper in the long run than one more delta in
+    this one? ``sizes``: the star's centre (a keyframe, or a delta itself),
+    then its deltas in order, the last of which predicts the next one.
 
-    A delta against the keyframe grows with the distance (the weights drift
-    further from it), so each period (a keyframe and its deltas) costs its
-    keyframe once and ever larger deltas. The average cost per checkpoint of
-    the period is lowest when the period ends as its next delta would cost
-    more than the average so far, which the last delta predicts. A frozen
-    model, whose deltas stay tiny, then never pays for a new keyframe; a
-    fast-moving one pays for one soon."""
+    A delta against the centre grows with the distance (the weights drift
+    further from it), so each star costs its centre once and ever larger
+    deltas. The average cost per checkpoint of the star is lowest when it
+    ends as its next delta would cost more than the average so far. A
+    frozen model, whose deltas stay tiny, then never pays for a new
+    keyframe; a fast-moving one pays for one soon."""
     if len(sizes) < 2:
         return False
     return sizes[-1] * len(sizes) >= sum(sizes)
-
-
-def rewrite(mgr, step: int, base: Path | None) -> None:
-    """Write checkpoint ``step`` again, atomically, as a keyframe (``base``
-    None) or a delta against ``base``: the same tensors, metadata and
-    structure, read from the current file (through its own base)."""
-    path = mgr.path(step)
-    with api.open(path) as ck:
-        system = {k: v for k, v in ck.system_metadata.items() if k != BASE_KEY}
-        with Writer(path, compression=mgr.compression, metadata=ck.metadata, base=base) as w:
-            w.system_metadata.update(system)
-            for name in ck:
-                w.add(name, ck[name])  # one tensor at a time, decoded through the chain
-    mgr._rewritten(step, w.base_file)
-
-
-def rebase_dependents(mgr, gone: list[int], keep: set[int]) -> None:
-    """Before the checkpoints ``gone`` are deleted or replaced: rewrite the
-    kept checkpoints (``keep``) whose base is one of them, as deltas against
-    the newest kept keyframe, or, with none left, the earliest of them as a
-    keyframe and the others against it."""
-    for step in gone:
-        name = mgr.path(step).name
-        dependents = sorted(s for s in keep if s != step and mgr._base_name(s) == name)
-        if not dependents:
-            continue
-        keyframes = [s for s in keep if s not in gone and mgr._base_name(s) is None]
-        if keyframes:
-            target = max(keyframes)
-        else:
-            target, *dependents = dependents
-            rewrite(mgr, target, None)
-        for s in dependents:
-            rewrite(mgr, s, mgr.path(target))
-
-
-def deletion_order(mgr, doomed: list[int]) -> list[int]:
-    """Deltas first, then keyframes: a delta never outlives its base on disk."""
-    return sorted(doomed, key=lambda s: mgr._base_name(s) is None)
-

@@ -33,7 +33,7 @@ from lazystore import api
 from lazystore._native.writer import Writer
 from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
 from lazystore.sinks import fsync_dir
-from lazystore.training import background, chains, tree
+from lazystore.training import background, chains, rebasing, tree
 
 log = logging.getLogger("lazystore")
 MANAGER_KEY = "__lazystore_manager__"
@@ -67,20 +67,24 @@ class CheckpointManager:
     A checkpoint kept by either rule stays. With neither, nothing is deleted.
 
     ``delta=True`` stores checkpoints as keyframes and delta files (format
-    1.2) against the latest keyframe: unchanged tensors cost nothing, and
+    1.2) against an earlier checkpoint: unchanged tensors cost nothing, and
     changed ones their lossless difference when that is at least 10%
-    smaller. A new keyframe is written when the deltas have grown so that
-    one costs more than starting afresh, and at the latest every
-    ``keyframe_every`` saves; a restore reads at most two files. Retention never deletes a base that a
-    kept checkpoint needs: such checkpoints are rewritten first (against
-    the newest kept keyframe, or as a keyframe), atomically. Every
-    checkpoint still opens with :func:`lazystore.open` and the command line.
-    See docs/training.md, "Delta checkpoints".
+    smaller. The bases form a tree under each keyframe at most
+    ``delta_depth`` deltas deep (2: deltas against the keyframe, and deltas
+    against those), so a restore reads at most ``delta_depth + 1`` files;
+    1 is a star around the keyframe (smaller restores, larger series). A
+    new keyframe is written when the deltas have grown so that one costs
+    more than starting afresh, and at the latest every ``keyframe_every``
+    saves. Retention never deletes a base that a kept checkpoint needs:
+    such checkpoints are rewritten first (against a kept base, or a
+    keyframe), atomically. Every checkpoint still opens with
+    :func:`lazystore.open` and the command line. See docs/training.md,
+    "Delta checkpoints".
     """
 
     def __init__(self, directory, *, keep_last: int | None = None, keep_best: int | None = None,
                  metric: str | None = None, mode: str = "min", compression=None, delta: bool = False,
-                 keyframe_every: int = DEFAULT_KEYFRAME_EVERY):
+                 keyframe_every: int = DEFAULT_KEYFRAME_EVERY, delta_depth: int = chains.DEFAULT_DEPTH):
         self.keep_last = _count("keep_last", keep_last)
         self.keep_best = _count("keep_best", keep_best)
         if metric is not None and not isinstance(metric, str):
@@ -96,6 +100,7 @@ class CheckpointManager:
             raise InvalidInputError(f"delta must be True or False, got {delta!r}")
         self.delta = delta
         self.keyframe_every = _count("keyframe_every", keyframe_every)
+        self.delta_depth = _count("delta_depth", delta_depth)
         self.directory = Path(os.fspath(directory))
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -271,6 +276,11 @@ class CheckpointManager:
             cached = self._base_cache[step] = (key, chains.base_of(path))
         return cached[1]
 
+    def _remove(self, step: int) -> None:
+        """Delete checkpoint ``step`` (the caller fsyncs the folder)."""
+        self.path(step).unlink(missing_ok=True)
+        self._forget(step)
+
     def _forget(self, step: int) -> None:
         self._metrics_cache.pop(step, None)
         self._base_cache.pop(step, None)
@@ -286,7 +296,7 @@ class CheckpointManager:
         steps = self.steps()
         if step in steps:
             with self._lock:
-                chains.rebase_dependents(self, [step], set(steps) - {step})
+                rebasing.rebase_dependents(self, [step], set(steps) - {step})
         return chains.choose_base(self, step) if self.delta else None
 
     def _ranked(self, steps: list[int]) -> list[int]:
@@ -309,11 +319,10 @@ class CheckpointManager:
                 keep.update(self._ranked(steps)[: self.keep_best])
         doomed = [step for step in steps if step not in keep]
         # No kept checkpoint may lose its base: its dependents are rewritten first.
-        chains.rebase_dependents(self, doomed, keep)
+        rebasing.rebase_dependents(self, doomed, keep)
         removed = False
-        for step in chains.deletion_order(self, doomed):
-            self.path(step).unlink(missing_ok=True)
-            self._forget(step)
+        for step in rebasing.deletion_order(self, doomed):
+            self._remove(step)
             removed = True
         # (Temporary files of saves that crashed are removed by the writer
         # at the start of every save into this folder.)

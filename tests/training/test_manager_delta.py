@@ -27,22 +27,30 @@ def base_names(mgr) -> dict:
     return {s: mgr._base_name(s) for s in mgr.steps()}
 
 
-def check_folder(mgr) -> None:
-    """Every listed checkpoint restores bit-identical and verifies; it is a
-    keyframe or a delta against a keyframe that is itself listed; nothing
-    else is in the folder."""
+def depth(mgr, step: int) -> int:
+    """How many deltas deep ``step`` is (0: a keyframe); every base listed."""
     names = {mgr.path(s).name: s for s in mgr.steps()}
+    base = mgr._base_name(step)
+    if base is None:
+        return 0
+    assert base in names, (step, base)
+    return 1 + depth(mgr, names[base])
+
+
+def check_folder(mgr, state=state) -> None:
+    """Every listed checkpoint restores bit-identical and verifies; its
+    chain of bases is listed and at most ``delta_depth`` deltas deep;
+    nothing else is in the folder."""
     for step in mgr.steps():
         same_tree(state(step), mgr.restore(step))
         with mgr.open(step) as ck:
             assert ck.verify() == []
-        base = mgr._base_name(step)
-        assert base is None or (base in names and mgr._base_name(names[base]) is None), (step, base)
-    assert sorted(os.listdir(mgr.directory)) == sorted(names)
+        assert depth(mgr, step) <= mgr.delta_depth, (step, base_names(mgr))
+    assert sorted(os.listdir(mgr.directory)) == sorted(mgr.path(s).name for s in mgr.steps())
 
 
 def test_a_keyframe_then_deltas_against_it(tmp_path):
-    mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=3)
+    mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=3, delta_depth=1)
     for step in range(1, 8):
         mgr.save(step, state(step))
     key = mgr.path
@@ -84,13 +92,15 @@ def test_keep_best_keeps_the_best_restorable_when_its_keyframe_goes(tmp_path):
     assert mgr.metrics(2) == {"loss": 1.0}  # metrics survive rewriting
 
 
-def test_saving_a_step_again_rewrites_what_depends_on_it(tmp_path):
+@pytest.mark.parametrize("again", [1, 2, 3])
+def test_saving_a_step_again_rewrites_what_depends_on_it(tmp_path, again):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=10)
     for step in (1, 2, 3):
         mgr.save(step, state(step))
-    assert base_names(mgr)[3] == mgr.path(1).name
-    mgr.save(1, state(1))  # replaces the keyframe 2 and 3 were coded against
+    assert base_names(mgr) == {1: None, 2: mgr.path(1).name, 3: mgr.path(2).name}  # a chain two deep
+    mgr.save(again, state(again))  # replaces a base 3 (and 2) were coded against, or nothing's base
     check_folder(mgr)
+    assert mgr.steps() == [1, 2, 3]
 
 
 def test_a_new_manager_continues_the_series(tmp_path):

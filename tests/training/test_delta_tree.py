@@ -1,0 +1,94 @@
+"""CheckpointManager(delta=True) with deltas of deltas: restores at every
+depth, the chain checked, and retention over many deletion patterns."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import lazystore as ls
+from lazystore.testing.strategies import same_tree
+from tests.training.test_manager_delta import base_names, check_folder, depth, state
+
+
+def save_series(tmp_path, steps, **kwargs):
+    mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", **kwargs)
+    for step in steps:
+        mgr.save(step, state(step))
+    return mgr
+
+
+@pytest.mark.parametrize("bound", [2, 3])
+def test_every_depth_restores_bit_identical_and_opens_alone(tmp_path, bound):
+    mgr = save_series(tmp_path, range(1, 11), keyframe_every=100, delta_depth=bound)
+    depths = {s: depth(mgr, s) for s in mgr.steps()}
+    assert max(depths.values()) == bound, base_names(mgr)  # the bound is reached, never passed
+    check_folder(mgr)
+    for step in mgr.steps():
+        path = mgr.path(step)
+        same_tree(state(step), ls.load(path))  # without the manager: the chain is found beside it
+        with ls.open(path) as ck:
+            assert ck.verify() == []
+            np.testing.assert_array_equal(ck["model/w"][3:5], state(step)["model"]["w"][3:5])
+
+
+def test_centres_are_deltas_against_the_keyframe_and_later_checkpoints_against_them(tmp_path):
+    mgr = save_series(tmp_path, range(1, 8), keyframe_every=3)
+    names = {mgr.path(s).name: s for s in mgr.steps()}
+    # keyframe_every still counts saves per keyframe, whatever the depth.
+    assert [s for s, b in base_names(mgr).items() if b is None] == [1, 4, 7]
+    for step, base in base_names(mgr).items():
+        if base is not None:
+            assert names[base] < step
+            if depth(mgr, step) == 2:
+                assert depth(mgr, names[base]) == 1  # a centre
+    assert max(depth(mgr, s) for s in mgr.steps()) == 2
+
+
+def test_verify_and_restore_check_the_whole_chain(tmp_path):
+    mgr = save_series(tmp_path, range(1, 6), keyframe_every=100, delta_depth=3)
+    deepest = max(mgr.steps(), key=lambda s: depth(mgr, s))
+    names = {mgr.path(s).name: s for s in mgr.steps()}
+    middle = names[mgr._base_name(deepest)]
+    assert depth(mgr, middle) >= 1
+    # The middle of the chain written again (same content, another file): refused by name.
+    ls.save(ls.load(mgr.path(middle)), mgr.path(middle), compression="zstd")
+    with pytest.raises(ls.BaseCheckpointError, match=mgr.path(middle).name):
+        mgr.restore(deepest)
+    # A byte flipped in the keyframe's data: verify of the deepest names the damaged tensor.
+    mgr2 = save_series(tmp_path / "b", range(1, 6), keyframe_every=100, delta_depth=3)
+    keyframe = mgr2.path(1)
+    with ls.open(keyframe) as ck:
+        info = ck.info("model/w")
+    data = bytearray(keyframe.read_bytes())
+    data[info.offset + 100] ^= 0xFF
+    keyframe.write_bytes(bytes(data))
+    deep2 = max(mgr2.steps(), key=lambda s: depth(mgr2, s))
+    with ls.open(mgr2.path(deep2)) as ck:
+        assert "model/w" in ck.verify()
+
+
+@pytest.mark.parametrize("bound", [1, 2, 3])
+@pytest.mark.parametrize("seed", range(4))
+def test_retention_keeps_exactly_the_kept_and_each_restorable(tmp_path, bound, seed):
+    """Random metrics make keep_best keep and drop checkpoints anywhere in
+    the tree (keyframes, centres, leaves), and a step is sometimes saved
+    again: after every save, what is listed is exactly what the rules keep
+    (no orphan base left behind), each restores bit-identical within the
+    depth bound, and nothing else is in the folder."""
+    rng = random.Random(seed)
+    mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keep_last=2, keep_best=2, metric="loss",
+                               keyframe_every=rng.choice([3, 5, 100]), delta_depth=bound)
+    losses: dict[int, float] = {}
+    kept: set[int] = set()
+    for step in range(1, 13):
+        if kept and rng.random() < 0.2:
+            step = rng.choice(sorted(kept))  # saved again: what depends on it is rewritten first
+        losses[step] = rng.random()
+        mgr.save(step, state(step), metrics={"loss": losses[step]})
+        listed = sorted(kept | {step})
+        kept = set(listed[-2:]) | set(sorted(listed, key=lambda s: (losses[s], s))[:2])
+        assert mgr.steps() == sorted(kept), (step, base_names(mgr))
+        check_folder(mgr)
