@@ -31,6 +31,7 @@ import numpy as np
 
 from lazystore import api
 from lazystore._native.writer import Writer
+from lazystore.codecs import codec_for
 from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
 from lazystore.sinks import fsync_dir
 from lazystore.training import background, chains, rebasing, tree
@@ -95,6 +96,7 @@ class CheckpointManager:
             raise InvalidInputError(f"mode must be 'min' or 'max', got {mode!r}")
         self.metric = metric
         self.mode = mode
+        codec_for(compression)  # an unknown compression fails here, not at the first save
         self.compression = compression
         if not isinstance(delta, bool):
             raise InvalidInputError(f"delta must be True or False, got {delta!r}")

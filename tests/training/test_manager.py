@@ -293,6 +293,7 @@ def test_torch_state_and_map_location(tmp_path):
 @pytest.mark.parametrize("kwargs", [
     {"keep_last": 0}, {"keep_last": -1}, {"keep_last": True}, {"keep_last": 1.5}, {"keep_last": "2"},
     {"keep_best": 0}, {"keep_best": 1}, {"keep_best": 2, "metric": 3}, {"metric": "loss", "mode": "best"},
+    {"compression": "gzip"}, {"compression": 3},
 ], ids=repr)
 def test_bad_arguments(tmp_path, kwargs):
     with pytest.raises(ls.InvalidInputError):
