@@ -26,6 +26,19 @@ def byte_view(data) -> memoryview:
     return view if view.ndim == 1 and view.format == "B" else view.cast("B")
 
 
+def split_views(views: list[memoryview], n: int) -> tuple[list[memoryview], list[memoryview]]:
+    """``views`` (flat byte views) cut after their first ``n`` bytes: (those, the rest)."""
+    head: list[memoryview] = []
+    for i, view in enumerate(views):
+        if n <= 0:
+            return head, views[i:]
+        if len(view) > n:
+            return [*head, view[:n]], [view[n:], *views[i + 1 :]]
+        head.append(view)
+        n -= len(view)
+    return head, []
+
+
 class CloseOrAbort:
     """``with`` support for writers: close (commit) when the block ends
     normally, abort (discard everything) when it raises."""

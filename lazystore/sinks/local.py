@@ -31,7 +31,7 @@ import weakref
 from pathlib import Path
 
 from lazystore.sinks import partials
-from lazystore.sinks.base import Sink, byte_view
+from lazystore.sinks.base import Sink, byte_view, split_views
 
 # Writes start and end on multiples of this (the largest page-cache folio on
 # x86-64 and arm64 with 4 KiB pages); see the module docstring.
@@ -66,18 +66,16 @@ class LocalSink(Sink):
         views = [byte_view(b) for b in blobs]
         lengths = [len(v) for v in views]
         views = [v for v in views if v]  # an unchanged delta chunk is stored as nothing
-        # Complete the buffered block first: the file then ends on a boundary.
-        while views and self._buffer:
-            room = WRITE_ALIGN - len(self._buffer)
-            self._buffer += views[0][:room]
-            views[0] = views[0][room:]
-            if not views[0]:
-                views.pop(0)
+        if self._buffer:
+            # Complete the buffered block first: the file then ends on a boundary.
+            fill, views = split_views(views, WRITE_ALIGN - len(self._buffer))
+            for view in fill:
+                self._buffer += view
             if len(self._buffer) == WRITE_ALIGN:
                 self._drain()
         # Whole blocks straight from the caller's buffers, the rest buffered.
         whole = sum(map(len, views)) // WRITE_ALIGN * WRITE_ALIGN
-        direct, rest = _split(views, whole)
+        direct, rest = split_views(views, whole)
         for start in range(0, len(direct), IOV_MAX):
             self._partial.write(direct[start : start + IOV_MAX])
         for view in rest:
@@ -117,19 +115,6 @@ class LocalSink(Sink):
             self._buffer = bytearray()
 
 
-def _split(views: list[memoryview], n: int) -> tuple[list[memoryview], list[memoryview]]:
-    """``views`` cut after their first ``n`` bytes: (those, the rest)."""
-    head: list[memoryview] = []
-    for i, view in enumerate(views):
-        if n <= 0:
-            return head, views[i:]
-        if len(view) > n:
-            return [*head, view[:n]], [view[n:], *views[i + 1 :]]
-        head.append(view)
-        n -= len(view)
-    return head, []
-
-
 class _Partial:
     """The partial file: its name, its descriptor, and the background flush
     that starts writing its pages to disk early."""
@@ -153,7 +138,7 @@ class _Partial:
         total = sum(map(len, views))
         while views:
             n = os.write(self.fd, views[0]) if len(views) == 1 else os.writev(self.fd, views)
-            _, views = _split(views, n)
+            _, views = split_views(views, n)
         self._unflushed += total
         if self._unflushed >= self.FLUSH_EVERY and not (self._flusher and self._flusher.is_alive()):
             self._unflushed = 0

@@ -28,6 +28,8 @@ import errno as errnos
 import os
 import threading
 
+from lazystore.sinks.base import byte_view, split_views
+
 CALLS = ("write", "writev", "pwrite", "fsync", "fdatasync", "replace", "rename")
 # The calls that write bytes: ``short_writes`` cuts their data (their second argument).
 WRITES = ("write", "writev", "pwrite")
@@ -84,20 +86,8 @@ class SyscallFaults:
             if name in WRITES and self.short_writes:
                 fd, data, *rest = args
                 n = self.short_writes
-                cut = _first_bytes(data, n) if name == "writev" else memoryview(data)[:n]
+                cut = split_views([byte_view(b) for b in data], n)[0] if name == "writev" else memoryview(data)[:n]
                 return real(fd, cut, *rest)
             return real(*args, **kwargs)
 
         return call
-
-
-def _first_bytes(buffers, n: int) -> list[memoryview]:
-    """The first ``n`` bytes of a writev's buffers (at least one buffer)."""
-    out = []
-    for buf in buffers:
-        view = memoryview(buf).cast("B")[:n]
-        out.append(view)
-        n -= len(view)
-        if n <= 0:
-            break
-    return out
