@@ -17,18 +17,17 @@ chunk records. docs/format.md §9.3 is the normative description.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
 
+from lazystore._core.scratch import scratch
 from lazystore.codecs.base import Codec
 from lazystore.codecs.zstd import ZstdPlanes
 from lazystore.errors import FormatError
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-_local = threading.local()
 
 
 @cache  # asked once per chunk read: a dtype's name is built anew on each call
@@ -62,17 +61,6 @@ def add_zigzag_into(out: np.ndarray, zigzag: np.ndarray, word: int) -> None:
     np.add(view, z, out=view)
 
 
-def _scratch(nbytes: int) -> np.ndarray:
-    """This thread's reusable buffer for a chunk's zigzag words: a delta
-    level of a chain restore decodes one per chunk, and a fresh one each
-    time costs an allocation (and, past malloc's mmap threshold, page
-    faults on every chunk)."""
-    buf = getattr(_local, "zigzag", None)
-    if buf is None or len(buf) < nbytes:
-        buf = _local.zigzag = np.empty(nbytes, dtype=np.uint8)
-    return buf[:nbytes]
-
-
 @dataclass(frozen=True)
 class DeltaPlanes(Codec):
     level: int | None = None  # as ZstdPlanes: None tunes the zstd setting per dtype
@@ -97,7 +85,7 @@ class DeltaPlanes(Codec):
             return  # unchanged: the base's bytes are the chunk's
         if len(out) % word:
             raise FormatError(f"corrupt chunk: {len(out)} bytes are not whole {word}-byte words")
-        zigzag = _scratch(len(out))
+        zigzag = scratch("delta zigzag", len(out))
         ZstdPlanes().decode_into(stored, zigzag, planes)
         add_zigzag_into(out, zigzag, word)
 

@@ -18,11 +18,12 @@ import) 11-12, this 11.
 from __future__ import annotations
 
 import struct
-import threading
 from collections.abc import Sequence
 
 import numpy as np
 from numcodecs import blosc
+
+from lazystore._core.scratch import scratch
 
 # Elements un-shuffled per Blosc call: bounds the per-thread frame buffer
 # (and Blosc's own temporary block) whatever the chunk size; a default
@@ -38,17 +39,6 @@ _VERSION, _VERSION_LZ = 2, 1
 # codec (0, BloscLZ, never invoked: a raw stream is copied, not decoded).
 _FLAGS = 0x01 | 0x10
 
-_local = threading.local()
-
-
-def _frame(nbytes: int) -> np.ndarray:
-    """This thread's reusable buffer, at least header + ``nbytes`` long."""
-    buf = getattr(_local, "frame", None)
-    if buf is None or len(buf) < _HEADER_BYTES + nbytes:
-        buf = _local.frame = np.empty(_HEADER_BYTES + nbytes, dtype=np.uint8)
-    return buf
-
-
 def unshuffle_into(planes: Sequence, out: np.ndarray) -> None:
     """Interleave ``planes`` (equal-length byte buffers, plane j holding byte j
     of every element) into ``out`` (1-D uint8, their total size)."""
@@ -63,10 +53,10 @@ def unshuffle_into(planes: Sequence, out: np.ndarray) -> None:
     for lo in range(0, n, step):
         k = min(step, n - lo)
         nbytes = k * p
-        frame = _frame(nbytes)
+        frame = scratch("unshuffle frame", _HEADER_BYTES + nbytes)
         _HEADER.pack_into(frame, 0, _VERSION, _VERSION_LZ, _FLAGS, p, nbytes, nbytes,
                           _HEADER_BYTES + nbytes, _HEADER_BYTES - 4, nbytes)
-        body = frame[_HEADER_BYTES : _HEADER_BYTES + nbytes].reshape(p, k)
+        body = frame[_HEADER_BYTES:].reshape(p, k)
         for j, v in enumerate(views):
             body[j] = v[lo : lo + k]
-        blosc.decompress(frame[: _HEADER_BYTES + nbytes], out[lo * p : lo * p + nbytes])
+        blosc.decompress(frame, out[lo * p : lo * p + nbytes])
