@@ -79,9 +79,9 @@ def _series(folder: Path, paths: list[Path], model_only: bool, how: str):
 
 def _depth(mgr, step: int) -> int:
     """How many deltas deep checkpoint ``step`` is: the files a restore reads, less one."""
-    names = {mgr.path(s).name: s for s in mgr.steps()}
-    base = mgr._base_name(step)
-    return 0 if base is None else 1 + _depth(mgr, names[base])
+    from lazystore.training.chains import Series
+
+    return Series(mgr, mgr.steps()).depth(step)
 
 
 def series(ctx: Context) -> list[Result]:
