@@ -25,9 +25,17 @@ def random_elements(rng, n: int, itemsize: int) -> np.ndarray:
     return rng.integers(0, 256, (n, itemsize), dtype=np.uint8)
 
 
+@pytest.fixture(params=["numpy", "blosc"])
+def path(request, monkeypatch):
+    """Each test runs through both ways of un-shuffling: numpy's copy (small
+    outputs) and the Blosc frame (the rest)."""
+    monkeypatch.setattr(unshuffle, "NUMPY_BYTES", 1 << 40 if request.param == "numpy" else 0)
+    return request.param
+
+
 @pytest.mark.parametrize("planes", [2, 3, 4, 8, 16, 255])
 @pytest.mark.parametrize("n", [1, 7, 127, 128, 4099])
-def test_matches_numpy(planes, n):
+def test_matches_numpy(planes, n, path):
     elements = random_elements(np.random.default_rng(planes * n), n, planes)
     out = np.full(n * planes, 0xAA, dtype=np.uint8)
     unshuffle_into([elements[:, j].tobytes() for j in range(planes)], out)
@@ -37,6 +45,7 @@ def test_matches_numpy(planes, n):
 @pytest.mark.parametrize("window", [1, 3, 64, 1000])
 def test_many_windows(monkeypatch, window):
     # A chunk larger than one window is un-shuffled a window of elements at a time.
+    monkeypatch.setattr(unshuffle, "NUMPY_BYTES", 0)
     monkeypatch.setattr(unshuffle, "WINDOW_BYTES", window)
     elements = random_elements(np.random.default_rng(window), 999, 4)
     out = np.empty(elements.size, dtype=np.uint8)
@@ -44,7 +53,7 @@ def test_many_windows(monkeypatch, window):
     np.testing.assert_array_equal(out, elements.reshape(-1))
 
 
-def test_writes_only_its_output():
+def test_writes_only_its_output(path):
     elements = random_elements(np.random.default_rng(1), 100, 4)
     big = np.zeros(1000, dtype=np.uint8)
     unshuffle_into([memoryview(elements[:, j].tobytes()) for j in range(4)], big[300:700])
@@ -53,7 +62,7 @@ def test_writes_only_its_output():
 
 
 @pytest.mark.parametrize(("planes", "out_len"), [([b"ab", b"abc"], 5), ([b"ab", b"ab"], 5), ([b"a"], 1)])
-def test_rejects_bad_shapes(planes, out_len):
+def test_rejects_bad_shapes(planes, out_len, path):
     with pytest.raises(ValueError):
         unshuffle_into(planes, np.empty(out_len, dtype=np.uint8))
 
@@ -68,7 +77,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("dtype", list(CASES))
-def test_codec_round_trip(dtype):
+def test_codec_round_trip(dtype, path):
     data = CASES[dtype](np.random.default_rng(7))
     chunk = data.view(np.uint8).reshape(-1)
     codec = ZstdPlanes()
