@@ -16,7 +16,9 @@ all-MiniLM-L6-v2 with its trained weights, AdamW, lr 2e-5, on the CPU):
 - ``timing``: in the 10-step series stored by the manager, its deepest
   checkpoint (the most files a restore reads): saving it as a delta
   against its base over a standalone compressed save of the same state,
-  and restoring it over restoring the standalone file.
+  and restoring it over restoring the standalone file. The full run also
+  restores the deepest checkpoint of the same series stored one delta deep
+  (``delta_depth=1``), informational: the restore time that depth buys.
 
 ``python -m benchmarks.delta [--quick]`` runs these alone and prints the rows.
 """
@@ -158,7 +160,7 @@ def timing(ctx: Context) -> list[Result]:
     folder = ctx.files.scratch("delta-timing")
     mgr = _series(folder / "series", paths, True, "delta")
     # The deepest checkpoint the policy made (the latest of the deepest): its restore reads the most files.
-    step = max(mgr.steps(), key=lambda s: (_depth(mgr, s), s))
+    step = _deepest(mgr)
     depth = _depth(mgr, step)
     base = mgr.directory / mgr._base_name(step)
     state = _state(paths[step], True)
@@ -167,21 +169,38 @@ def timing(ctx: Context) -> list[Result]:
         "delta save": lambda: ls.save(state, delta, compression="zstd", base=base),
         "standalone save": lambda: ls.save(state, alone, compression="zstd"),
     }, reps=ctx.scale.reps)
-    loads = compare({"delta restore": lambda: ls.load(mgr.path(step)), "standalone restore": lambda: ls.load(alone)},
-                    reps=ctx.scale.reps)
+    restores = {"delta restore": lambda: ls.load(mgr.path(step)), "standalone restore": lambda: ls.load(alone)}
+    if ctx.scale.mode == "full":
+        # The same series one delta deep (delta_depth=1), for the trade-off between size and restore time.
+        star = _series(folder / "star", paths, True, "star")
+        star_step = _deepest(star)
+        star_depth = _depth(star, star_step)
+        restores["star restore"] = lambda: ls.load(star.path(star_step))
+    loads = compare(restores, reps=ctx.scale.reps)
     shutil.rmtree(folder)
+    measured = [("delta_save", saves, "delta save", "standalone save", 2.0, depth, step),
+                ("delta_restore", loads, "delta restore", "standalone restore", 3.0, depth, step)]
+    if "star restore" in loads:
+        measured.append(("delta_restore_star", loads, "star restore", "standalone restore", None, star_depth,
+                         star_step))
     rows = []
-    for name, timings, ours, anchor, limit in (("delta_save", saves, "delta save", "standalone save", 2.0),
-                                                 ("delta_restore", loads, "delta restore", "standalone restore", 3.0)):
+    for name, timings, ours, anchor, limit, deep, at in measured:
         t, a = timings[ours], timings[anchor]
         spread = (f"{ours} {min(t.samples):.2f}-{max(t.samples):.2f} s, "
                   f"{anchor} {min(a.samples):.2f}-{max(a.samples):.2f} s")
-        rows.append(Result(name, f"{ours} of the fine-tune's model (every {interval} steps, checkpoint {step + 1} "
-                           f"of 8, {depth} deltas deep: the deepest)",
-                           t.median, a.median, "s", t.median / a.median, Target("<=", limit, "ratio"), "time",
+        policy = "delta_depth=1" if name == "delta_restore_star" else "delta=True"
+        rows.append(Result(name, f"{ours} of the fine-tune's model ({policy}, every {interval} steps, checkpoint "
+                           f"{at + 1} of 8, {deep} deltas deep: the deepest)",
+                           t.median, a.median, "s", t.median / a.median,
+                           Target("<=", limit, "ratio") if limit else None, "time",
                            subject=ours, anchor_label=anchor, samples={ours: list(t.samples), anchor: list(a.samples)},
                            note=spread, group="delta"))
     return rows
+
+
+def _deepest(mgr) -> int:
+    """The latest of the checkpoints that are the most deltas deep."""
+    return max(mgr.steps(), key=lambda s: (_depth(mgr, s), s))
 
 
 MEASURES = (series, frozen, timing)
