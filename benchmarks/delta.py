@@ -4,7 +4,7 @@ All on a real fine-tune (benchmarks/finetune.py: transformers' BertModel of
 all-MiniLM-L6-v2 with its trained weights, AdamW, lr 2e-5, on the CPU):
 
 - ``series``: a series of 8 checkpoints, one every 1, 10 and 100 steps
-  (quick mode: every step), stored by ``CheckpointManager(delta=True)``
+  (quick mode: 4 checkpoints, every step), stored by ``CheckpointManager(delta=True)``
   with zstd, over the same series stored standalone with zstd. The target
   rows are the model's weights, as the issue measured them (a ~75 MB
   checkpoint); the rows with the AdamW moments too are informational, as
@@ -35,13 +35,15 @@ from . import finetune
 from .measures import Context, Result, Target
 from .timing import compare
 
-SERIES = 8
+# Checkpoints per series; the quick (smoke) run stores fewer, as each costs
+# a fine-tune step and five ways of storing it.
+SERIES = {"full": 8, "quick": 4}
 INTERVALS = {"full": (1, 10, 100), "quick": (1,)}
 FROZEN_BYTES = 16 << 20
 
 
-def _steps(interval: int) -> list[int]:
-    return [interval * i for i in range(1, SERIES + 1)]
+def _steps(interval: int, mode: str) -> list[int]:
+    return [interval * i for i in range(1, SERIES[mode] + 1)]
 
 
 def _state(path: Path, model_only: bool):
@@ -90,7 +92,7 @@ def series(ctx: Context) -> list[Result]:
     root = ctx.files.scratch("delta-series")
     rows = []
     for interval in INTERVALS[ctx.scale.mode]:
-        paths = finetune.checkpoints(_steps(interval))
+        paths = finetune.checkpoints(_steps(interval, ctx.scale.mode))
         for model_only, what in ((True, "model"), (False, "model+AdamW")):
             alones = _store(root / "alone", paths, model_only, "standalone")
             alone = sum(alones)
@@ -104,7 +106,7 @@ def series(ctx: Context) -> list[Result]:
                          "chain": "each against the previous", "first": "each against the first"}[how]
                 suffix = ("" if model_only else "_adamw") + ("" if how == "delta" else f"_{how}")
                 name = f"delta_series_{interval}{suffix}"
-                rows.append(Result(name, f"{SERIES} checkpoints every {interval} steps, {what}: {label}, zstd",
+                rows.append(Result(name, f"{len(paths)} checkpoints every {interval} steps, {what}: {label}, zstd",
                                    size / 2**20, alone / 2**20, "MiB", size / alone, target, "size",
                                    anchor_label="standalone zstd", note=f"each checkpoint: {each}",
                                    group="delta"))
@@ -156,7 +158,7 @@ def timing(ctx: Context) -> list[Result]:
     import lazystore as ls
 
     interval = 10 if ctx.scale.mode == "full" else 1
-    paths = finetune.checkpoints(_steps(interval))
+    paths = finetune.checkpoints(_steps(interval, ctx.scale.mode))
     folder = ctx.files.scratch("delta-timing")
     mgr = _series(folder / "series", paths, True, "delta")
     # The deepest checkpoint the policy made (the latest of the deepest): its restore reads the most files.
@@ -190,7 +192,7 @@ def timing(ctx: Context) -> list[Result]:
                   f"{anchor} {min(a.samples):.2f}-{max(a.samples):.2f} s")
         policy = "delta_depth=1" if name == "delta_restore_star" else "delta=True"
         rows.append(Result(name, f"{ours} of the fine-tune's model ({policy}, every {interval} steps, checkpoint "
-                           f"{at + 1} of 8, {deep} deltas deep: the deepest)",
+                           f"{at + 1} of {len(paths)}, {deep} deltas deep: the deepest)",
                            t.median, a.median, "s", t.median / a.median,
                            Target("<=", limit, "ratio") if limit else None, "time",
                            subject=ours, anchor_label=anchor, samples={ours: list(t.samples), anchor: list(a.samples)},
