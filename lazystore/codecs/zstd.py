@@ -88,6 +88,15 @@ class ZstdPlanes(Codec):
         return b"".join([header.tobytes(), *stored])
 
     def decode_into(self, stored, out: np.ndarray, planes: int) -> None:
+        decoded = self.decode_planes(stored, out, planes)
+        if planes == 1:
+            out[:] = np.frombuffer(decoded[0], dtype=np.uint8)
+        else:
+            unshuffle_into(decoded, out)
+
+    def decode_planes(self, stored, out: np.ndarray, planes: int) -> list:
+        """The chunk's planes, each ``len(out) // planes`` bytes (raw ones
+        not copied), checked against the chunk's layout."""
         stored = memoryview(stored)
         need(stored, 4 * planes, "chunk plane header")
         lengths = np.frombuffer(stored[: 4 * planes], dtype="<u4").tolist()
@@ -100,10 +109,7 @@ class ZstdPlanes(Codec):
         for length in lengths:
             decoded.append(_decode_plane(stored[pos : pos + length], plane_len))
             pos += length
-        if planes == 1:
-            out[:] = np.frombuffer(decoded[0], dtype=np.uint8)
-        else:
-            unshuffle_into(decoded, out)
+        return decoded
 
 
 def _decode_plane(blob: memoryview, plane_len: int):

@@ -1,5 +1,6 @@
-"""The SIMD un-shuffle (a hand-made Blosc chunk) against numpy's plain one,
-and the zstd codec built on it: same bytes, from any thread."""
+"""Un-shuffling planes back into elements, by the C kernel, numpy and a
+hand-made Blosc chunk, and the zstd codec built on it: the same bytes every
+way, from any thread."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from lazystore.codecs import unshuffle
+from lazystore.codecs import native, unshuffle
 from lazystore.codecs.unshuffle import unshuffle_into
 from lazystore.codecs.zstd import ZstdPlanes
 from lazystore.errors import FormatError
@@ -25,11 +26,16 @@ def random_elements(rng, n: int, itemsize: int) -> np.ndarray:
     return rng.integers(0, 256, (n, itemsize), dtype=np.uint8)
 
 
-@pytest.fixture(params=["numpy", "blosc"])
+@pytest.fixture(params=["native", "numpy", "blosc"])
 def path(request, monkeypatch):
-    """Each test runs through both ways of un-shuffling: numpy's copy (small
-    outputs) and the Blosc frame (the rest)."""
-    monkeypatch.setattr(unshuffle, "NUMPY_BYTES", 1 << 40 if request.param == "numpy" else 0)
+    """Each test runs through every way of un-shuffling: the C kernel, and
+    without it numpy's copy (small outputs) and the Blosc frame (the rest)."""
+    if request.param == "native":
+        if native.kernels is None:
+            pytest.skip("the C kernels are not built here")
+    else:
+        monkeypatch.setattr(native, "kernels", None)
+        monkeypatch.setattr(unshuffle, "NUMPY_BYTES", 1 << 40 if request.param == "numpy" else 0)
     return request.param
 
 
@@ -44,7 +50,8 @@ def test_matches_numpy(planes, n, path):
 
 @pytest.mark.parametrize("window", [1, 3, 64, 1000])
 def test_many_windows(monkeypatch, window):
-    # A chunk larger than one window is un-shuffled a window of elements at a time.
+    # A chunk larger than one window is un-shuffled a window of elements at a time (by Blosc).
+    monkeypatch.setattr(native, "kernels", None)
     monkeypatch.setattr(unshuffle, "NUMPY_BYTES", 0)
     monkeypatch.setattr(unshuffle, "WINDOW_BYTES", window)
     elements = random_elements(np.random.default_rng(window), 999, 4)
@@ -88,7 +95,7 @@ def test_codec_round_trip(dtype, path):
     np.testing.assert_array_equal(out, chunk)
 
 
-def test_codec_from_many_threads():
+def test_codec_from_many_threads(path):
     # Each thread has its own frame buffer: concurrent decodes must not mix.
     rng = np.random.default_rng(3)
     codec = ZstdPlanes()

