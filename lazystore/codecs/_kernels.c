@@ -20,8 +20,14 @@
 
 #define MAX_PLANES 255
 
-/* gcc and clang make an AVX2 copy of each loop beside the baseline one and
-   pick at load time: the wheel or build stays portable. */
+/* Words are assembled and stored little-endian, lazystore's byte order,
+   through the host's own: a big-endian host does not build the module. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#error "lazystore's kernels need a little-endian host (without them lazystore uses Blosc and numpy)"
+#endif
+
+/* gcc makes an AVX2 copy of each loop beside the baseline one and picks
+   one at load time, so a build runs on any x86-64. */
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 #define KERNEL __attribute__((target_clones("avx2", "default")))
 #else
