@@ -23,7 +23,7 @@ from functools import cache
 import numpy as np
 
 from lazystore._core.scratch import scratch
-from lazystore.codecs import native
+from lazystore.codecs import compiled
 from lazystore.codecs.base import Codec
 from lazystore.codecs.zstd import ZstdPlanes
 from lazystore.errors import FormatError
@@ -88,9 +88,9 @@ class DeltaPlanes(Codec):
             return  # unchanged: the base's bytes are the chunk's
         if len(out) % word:
             raise FormatError(f"corrupt chunk: {len(out)} bytes are not whole {word}-byte words")
-        if native.kernels is not None and planes == word and word in (2, 4, 8):
+        if compiled.kernels is not None and planes == word and word in (2, 4, 8):
             # Interleaving, zigzag decoding and adding in one pass.
-            native.kernels.add_unzigzag(ZstdPlanes().decode_planes(stored, out, planes), out)
+            compiled.kernels.add_unzigzag(ZstdPlanes().decode_planes(stored, out, planes), out)
             return
         zigzag = scratch("delta zigzag", len(out))
         ZstdPlanes().decode_into(stored, zigzag, planes)

@@ -28,7 +28,7 @@ import numpy as np
 from numcodecs import blosc
 
 from lazystore._core.scratch import scratch
-from lazystore.codecs import native
+from lazystore.codecs import compiled
 
 # Below this many bytes numpy's strided copy wins: a Blosc call costs about
 # 30 us whatever its size (building the frame, Blosc's context), numpy's
@@ -60,8 +60,8 @@ def unshuffle_into(planes: Sequence, out: np.ndarray) -> None:
     views = [np.frombuffer(plane, dtype=np.uint8) for plane in planes]
     if any(len(v) != n for v in views):
         raise ValueError("planes differ in length")
-    if native.kernels is not None:  # one pass, where Blosc's takes three
-        native.kernels.unshuffle(views, out)
+    if compiled.kernels is not None:  # one pass, where Blosc's takes three
+        compiled.kernels.unshuffle(views, out)
         return
     if len(out) < NUMPY_BYTES:
         grouped = out.reshape(n, p)

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import lazystore as ls
-from lazystore.codecs import native
+from lazystore.codecs import compiled
 from lazystore.codecs.delta import DeltaPlanes, add_zigzag_into, zigzag_difference
 
-kernels = native.kernels
+kernels = compiled.kernels
 needs_kernels = pytest.mark.skipif(kernels is None, reason="the C kernels are not built here")
 UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -129,7 +129,7 @@ def test_delta_chunks_decode_alike_with_and_without_kernels(monkeypatch, dtype):
     decoded = []
     for kernels_on in (True, False):
         if not kernels_on:
-            monkeypatch.setattr(native, "kernels", None)
+            monkeypatch.setattr(compiled, "kernels", None)
         out = base_bytes.copy()
         codec.add_into(stored, out, itemsize, word)
         decoded.append(out)
@@ -144,7 +144,7 @@ def test_a_delta_file_reads_alike_with_and_without_kernels(tmp_path, monkeypatch
     ls.save(first, tmp_path / "a.lzy", compression="zstd")
     ls.save(second, tmp_path / "b.lzy", compression="zstd", base=tmp_path / "a.lzy")
     with_kernels = ls.load(tmp_path / "b.lzy")
-    monkeypatch.setattr(native, "kernels", None)
+    monkeypatch.setattr(compiled, "kernels", None)
     without = ls.load(tmp_path / "b.lzy")
     for k, v in second.items():
         np.testing.assert_array_equal(with_kernels[k], v)

@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from lazystore.codecs import native, unshuffle
+from lazystore.codecs import compiled, unshuffle
 from lazystore.codecs.unshuffle import unshuffle_into
 from lazystore.codecs.zstd import ZstdPlanes
 from lazystore.errors import FormatError
@@ -26,15 +26,15 @@ def random_elements(rng, n: int, itemsize: int) -> np.ndarray:
     return rng.integers(0, 256, (n, itemsize), dtype=np.uint8)
 
 
-@pytest.fixture(params=["native", "numpy", "blosc"])
+@pytest.fixture(params=["compiled", "numpy", "blosc"])
 def path(request, monkeypatch):
     """Each test runs through every way of un-shuffling: the C kernel, and
     without it numpy's copy (small outputs) and the Blosc frame (the rest)."""
-    if request.param == "native":
-        if native.kernels is None:
+    if request.param == "compiled":
+        if compiled.kernels is None:
             pytest.skip("the C kernels are not built here")
     else:
-        monkeypatch.setattr(native, "kernels", None)
+        monkeypatch.setattr(compiled, "kernels", None)
         monkeypatch.setattr(unshuffle, "NUMPY_BYTES", 1 << 40 if request.param == "numpy" else 0)
     return request.param
 
@@ -51,7 +51,7 @@ def test_matches_numpy(planes, n, path):
 @pytest.mark.parametrize("window", [1, 3, 64, 1000])
 def test_many_windows(monkeypatch, window):
     # A chunk larger than one window is un-shuffled a window of elements at a time (by Blosc).
-    monkeypatch.setattr(native, "kernels", None)
+    monkeypatch.setattr(compiled, "kernels", None)
     monkeypatch.setattr(unshuffle, "NUMPY_BYTES", 0)
     monkeypatch.setattr(unshuffle, "WINDOW_BYTES", window)
     elements = random_elements(np.random.default_rng(window), 999, 4)

@@ -2,7 +2,7 @@
 
 setup.py builds them where a C compiler is found; without them decoding
 takes the Blosc and numpy paths, slower, to the same bytes. Callers read
-``native.kernels`` when they decode (not at import), so a test can switch
+``compiled.kernels`` when they decode (not at import), so a test can switch
 the fallback on by setting it to None.
 """
 
