@@ -81,13 +81,6 @@ def _series(folder: Path, paths: list[Path], model_only: bool, how: str):
     return mgr
 
 
-def _depth(mgr, step: int) -> int:
-    """How many deltas deep checkpoint ``step`` is: the files a restore reads, less one."""
-    from lazystore.training.chains import Series
-
-    return Series(mgr, mgr.steps()).depth(step)
-
-
 def series(ctx: Context) -> list[Result]:
     root = ctx.files.scratch("delta-series")
     rows = []
@@ -162,8 +155,7 @@ def timing(ctx: Context) -> list[Result]:
     folder = ctx.files.scratch("delta-timing")
     mgr = _series(folder / "series", paths, True, "delta")
     # The deepest checkpoint the policy made (the latest of the deepest): its restore reads the most files.
-    step = _deepest(mgr)
-    depth = _depth(mgr, step)
+    step, depth = _deepest(mgr)
     base = mgr.directory / mgr._base_name(step)
     state = _state(paths[step], True)
     delta, alone = mgr.directory / "delta.lzy", folder / "alone.lzy"  # a delta beside its base
@@ -175,8 +167,7 @@ def timing(ctx: Context) -> list[Result]:
     if ctx.scale.mode == "full":
         # The same series one delta deep (delta_depth=1), for the trade-off between size and restore time.
         star = _series(folder / "star", paths, True, "star")
-        star_step = _deepest(star)
-        star_depth = _depth(star, star_step)
+        star_step, star_depth = _deepest(star)
         restores["star restore"] = lambda: ls.load(star.path(star_step))
     loads = compare(restores, reps=ctx.scale.reps)
     shutil.rmtree(folder)
@@ -200,9 +191,13 @@ def timing(ctx: Context) -> list[Result]:
     return rows
 
 
-def _deepest(mgr) -> int:
-    """The latest of the checkpoints that are the most deltas deep."""
-    return max(mgr.steps(), key=lambda s: (_depth(mgr, s), s))
+def _deepest(mgr) -> tuple[int, int]:
+    """The latest of the checkpoints that are the most deltas deep, and its depth."""
+    from lazystore.training.chains import Series
+
+    series = Series(mgr, mgr.steps())  # one listing of the folder for every step's depth
+    depth, step = max((series.depth(s), s) for s in mgr.steps())
+    return step, depth
 
 
 MEASURES = (series, frozen, timing)
