@@ -40,7 +40,7 @@ from lazystore._native.writer import Writer
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.interop.sharded import INDEX_FORMAT, INDEX_NAME, INDEX_VERSION, SHARD_KEY, read_index_json
 from lazystore.sinks import CloseOrAbort, fsync_dir, open_sink
-from lazystore.sinks.partials import folder_lock, remove_stale_held
+from lazystore.sinks.partials import folder_lock, remove_stale, remove_stale_held
 
 STAGING_PREFIX = ".lazystore-save-"
 STAGING_NAME = re.compile(re.escape(STAGING_PREFIX) + r"(?P<id>[0-9a-f]{32})")
@@ -71,6 +71,9 @@ class ShardedWriter(CloseOrAbort):
         if self.folder.exists() and not self.folder.is_dir():
             raise InvalidInputError(f"{folder}: sharded output needs a folder, and this is a file")
         self.folder.mkdir(parents=True, exist_ok=True)
+        # What a killed index write left goes now, whether or not this save
+        # completes (its shards' partial files are in its staging folder).
+        remove_stale(self.folder)
         self.metadata = dict(metadata or {})
         self.system_metadata: dict = {}
         self.path = self.folder

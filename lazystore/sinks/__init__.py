@@ -8,7 +8,10 @@ mix or a part:
 
 - :class:`~lazystore.sinks.local.LocalSink`: a locked partial file beside
   the target (see :mod:`lazystore.sinks.partials`), fsync'd, renamed over
-  the target, and the folder fsync'd.
+  the target, and the folder fsync'd. A symlink's target is replaced and the
+  link kept; a folder, device, FIFO or socket is refused
+  (:mod:`lazystore.sinks.targets`). :func:`remove_stale_partials` removes
+  what killed writers left in a folder (every local save runs it first).
 - :class:`~lazystore.sinks.remote.UploadSink`: an object store's upload (s3://, gs://, az://). The
   object appears only when the upload completes on close (for S3, a
   multipart upload); abort cancels it. Bytes are handed over one block at
@@ -24,6 +27,8 @@ with :class:`~lazystore.sinks.base.CloseOrAbort`'s ``with`` behaviour.
 from lazystore.sinks.base import CloseOrAbort
 from lazystore.sinks.dispatch import open_sink
 from lazystore.sinks.local import LocalSink, fsync_dir
+from lazystore.sinks.partials import remove_stale as remove_stale_partials
 from lazystore.sinks.remote import RenameSink, UploadSink
 
-__all__ = ["CloseOrAbort", "LocalSink", "RenameSink", "UploadSink", "fsync_dir", "open_sink"]
+__all__ = ["CloseOrAbort", "LocalSink", "RenameSink", "UploadSink", "fsync_dir", "open_sink",
+           "remove_stale_partials"]

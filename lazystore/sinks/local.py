@@ -1,6 +1,8 @@
 """Local files: a locked partial file beside the target (see
 :mod:`lazystore.sinks.partials`), fsync'd, renamed over the target, and the
-folder fsync'd.
+folder fsync'd. The target is the file the path names through any symlinks,
+and never a folder, device, FIFO or socket (see
+:mod:`lazystore.sinks.targets`).
 
 Bytes reach the file descriptor in writes that start and end on a
 multiple of ``WRITE_ALIGN`` (only the file's last write ends anywhere): the
@@ -30,7 +32,7 @@ import threading
 import weakref
 from pathlib import Path
 
-from lazystore.sinks import partials
+from lazystore.sinks import partials, targets
 from lazystore.sinks.base import Sink, byte_view, split_views
 
 # Writes start and end on multiples of this (the largest page-cache folio on
@@ -41,15 +43,20 @@ IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
 
 
 class LocalSink(Sink):
-    """A partial file beside the target, renamed over it when complete."""
+    """A partial file beside the target, renamed over it when complete.
+    ``path`` is the caller's (a symlink stays one); the file replaced is the
+    one it names."""
 
     def __init__(self, path: Path):
         self.path = path
         self.name = str(path)
-        # Partial files of writers that died in this folder go first; ours is
+        # What the rename replaces: a symlink's target (the link stays); a
+        # device or FIFO is refused here, before anything is created.
+        self._target = targets.resolve(path)
+        # Partial files of writers that died in that folder go first; ours is
         # locked for as long as we write, so no other save removes it.
-        partials.remove_stale(path.parent)
-        tmp, fd = partials.create(path)
+        partials.remove_stale(self._target.parent)
+        tmp, fd = partials.create(self._target)
         self._partial = _Partial(tmp, fd)
         self._buffer = bytearray()
         # A sink dropped unfinished must not leave its temporary behind.
@@ -97,12 +104,15 @@ class LocalSink(Sink):
         """fsync the partial file, rename it over the target, fsync the folder."""
         self._drain()
         self._partial.sync()
+        # Swapped for a device or FIFO while we wrote? Then it stays, and so
+        # does the partial file until the caller aborts.
+        targets.check_replaceable(self._target)
         # Renamed while still open, so still locked: a clean-up never takes
         # a finished partial file for a dead writer's.
-        os.replace(self._partial.path, self.path)
+        os.replace(self._partial.path, self._target)
         self._finalizer.detach()
         self._partial.close()
-        fsync_dir(self.path.parent)
+        fsync_dir(self._target.parent)
 
     def abort(self) -> None:
         """Remove the partial file; never raises, so the error that made the

@@ -61,6 +61,15 @@ def test_ls_save_fsyncs_file_then_folder(tmp_path, calls):
     assert_durable(calls, target)
 
 
+def test_a_save_through_a_symlink_fsyncs_the_real_file_and_its_folder(tmp_path, calls):
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "ck.lzy"
+    (tmp_path / "link.lzy").symlink_to(target)
+    ls.save({"w": np.ones((64, 64), np.float32)}, tmp_path / "link.lzy")
+    assert_durable(calls, target)
+    assert (tmp_path / "link.lzy").is_symlink()
+
+
 def test_manager_save_fsyncs_file_then_folder(tmp_path, calls):
     mgr = ls.CheckpointManager(tmp_path / "ckpts", keep_last=1)
     mgr.save(1, {"w": np.ones(8), "step": 1})

@@ -104,6 +104,24 @@ def test_every_failing_call_of_a_save_keeps_the_previous_checkpoint(tmp_path, co
 
 
 @pytest.mark.parametrize("errnum", ERRNOS, ids=errno.errorcode.get)
+def test_every_failing_call_of_a_save_through_a_symlink_keeps_the_link_and_the_checkpoint(tmp_path, errnum):
+    # The partial file is made beside the link's target, in another folder.
+    (tmp_path / "real").mkdir()
+    (tmp_path / "links").mkdir()
+    path, link = tmp_path / "real" / "ck.lzy", tmp_path / "links" / "latest.lzy"
+    link.symlink_to(os.path.join("..", "real", "ck.lzy"))
+    old, new = state(1), state(2)
+    for k, faults in every_fault(lambda: ls.save(old, path), lambda: ls.save(new, link), errnum):
+        held = check_one_of(path, old, new)
+        assert held is old or published(faults), f"call {k} ({faults.failed}) published the new file"
+        assert link.is_symlink() and os.readlink(link) == os.path.join("..", "real", "ck.lzy"), f"call {k}"
+        assert os.listdir(tmp_path / "real") == ["ck.lzy"], f"call {k} ({faults.failed}): files left"
+        assert os.listdir(tmp_path / "links") == ["latest.lzy"], f"call {k} ({faults.failed}): files left"
+    ls.save(new, link)
+    assert check_one_of(path, new) is new and link.is_symlink()
+
+
+@pytest.mark.parametrize("errnum", ERRNOS, ids=errno.errorcode.get)
 def test_every_failing_call_of_a_manager_save_keeps_every_listed_step(tmp_path, errnum):
     folder = tmp_path / "ckpts"
     mgr = ls.CheckpointManager(folder, keep_last=2)
