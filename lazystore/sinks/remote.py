@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 import warnings
 import weakref
 
@@ -90,7 +89,7 @@ class RenameSink(Sink):
         self._fs = fs
         self._path = path
         head, _, tail = path.rpartition("/")
-        self._tmp = f"{head}/.{tail}.{uuid.uuid4().hex[:12]}{partials.PARTIAL_SUFFIX}"
+        self._tmp = f"{head}/{partials.partial_name(tail)}"
         self._file = fs.open(self._tmp, "wb")
         self._done = False
         self._finalizer = weakref.finalize(self, _remove, fs, self._file, self._tmp)
