@@ -15,7 +15,8 @@ the old save and the new one:
    the new index naming new ones.
 3. Only after the new index is durable are files no index names removed:
    the old save's shards, and what dead saves left (staging folders nobody
-   holds, published shards no index names).
+   holds, published shards no index names). What dead saves left is also
+   removed when the next save starts, so a save that fails cleans up too.
 
 Publishing and clean-up take a lock on the folder itself (shared while
 publishing, exclusive to clean up; see :mod:`lazystore.sinks.partials`), so
@@ -40,7 +41,7 @@ from lazystore._native.writer import Writer
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.interop.sharded import INDEX_FORMAT, INDEX_NAME, INDEX_VERSION, SHARD_KEY, read_index_json
 from lazystore.sinks import CloseOrAbort, fsync_dir, open_sink
-from lazystore.sinks.partials import folder_lock, remove_stale, remove_stale_held
+from lazystore.sinks.partials import folder_lock, remove_stale_held
 
 STAGING_PREFIX = ".lazystore-save-"
 STAGING_NAME = re.compile(re.escape(STAGING_PREFIX) + r"(?P<id>[0-9a-f]{32})")
@@ -71,9 +72,8 @@ class ShardedWriter(CloseOrAbort):
         if self.folder.exists() and not self.folder.is_dir():
             raise InvalidInputError(f"{folder}: sharded output needs a folder, and this is a file")
         self.folder.mkdir(parents=True, exist_ok=True)
-        # What a killed index write left goes now, whether or not this save
-        # completes (its shards' partial files are in its staging folder).
-        remove_stale(self.folder)
+        # What killed saves left goes now, whether or not this save completes.
+        remove_unreferenced(self.folder)
         self.metadata = dict(metadata or {})
         self.system_metadata: dict = {}
         self.path = self.folder
@@ -223,18 +223,15 @@ def _create_staging(folder: Path, staging: Path) -> int:
 
 
 def remove_unreferenced(folder: Path) -> None:
-    """Remove what no current save needs: shard files the folder's index does
-    not name and that belong to no live save, dead saves' staging folders,
-    and the partial files of dead writers (an index write killed midway:
-    the index's own sink cannot clean up, as the save holds the folder while
-    it publishes). Skipped when another save is publishing or cleaning up (it, or
-    the next save, cleans up instead), or when the index cannot be read."""
+    """Remove what no current save needs: dead saves' staging folders, the
+    partial files of dead writers (an index write killed midway: the index's
+    own sink cannot clean up, as the save holds the folder while it
+    publishes), and shard files the folder's index does not name and that
+    belong to no live save. Run when a sharded save starts and when it ends.
+    Skipped when another save is publishing or cleaning up (it, or the next
+    save, cleans up instead); shards are kept when the index cannot be read."""
     try:
         with folder_lock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB):
-            try:
-                named = set(read_index_json(folder / INDEX_NAME).get("weight_map", {}).values())
-            except Exception:  # noqa: BLE001 - an unreadable index: delete nothing
-                return
             live = set()
             for entry in os.listdir(folder):
                 m = STAGING_NAME.fullmatch(entry)
@@ -244,11 +241,15 @@ def remove_unreferenced(folder: Path) -> None:
                     live.add(m["id"][:SHARD_ID_CHARS])
                 else:
                     shutil.rmtree(folder / entry, ignore_errors=True)
+            remove_stale_held(folder)
+            try:
+                named = set(read_index_json(folder / INDEX_NAME).get("weight_map", {}).values())
+            except Exception:  # noqa: BLE001 - no index, or an unreadable one: keep every shard
+                return
             for entry in os.listdir(folder):
                 m = SHARD_NAME.fullmatch(entry)
                 if m and entry not in named and m["id"] not in live:
                     (folder / entry).unlink(missing_ok=True)
-            remove_stale_held(folder)
     except OSError:
         pass  # busy, or the folder cannot be locked: leave everything
 

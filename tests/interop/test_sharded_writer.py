@@ -73,6 +73,23 @@ def test_a_killed_index_write_leaves_nothing_after_the_next_save(tmp_path):
     assert sorted(os.listdir(folder)) == sorted(named(folder) | {"lazystore.index.json"})
 
 
+def test_what_killed_saves_left_goes_when_the_next_save_starts(tmp_path):
+    # Even if that save then fails: the disk space comes back at once.
+    folder = tmp_path / "ck"
+    ls.save({"a": np.ones(100)}, folder, max_shard_size=800)
+    before = sorted(os.listdir(folder))
+    dead_staging = folder / f"{STAGING_PREFIX}{'0' * 32}"
+    dead_staging.mkdir()
+    (dead_staging / "00001.lzy").write_bytes(b"x" * 100)
+    (folder / f"model-00001-of-00002-{'0' * 12}.lzy").write_bytes(b"y" * 100)
+    (folder / partial_name("lazystore.index.json")).write_text("{")
+    w = ShardedWriter(folder, max_shard_size=800)
+    assert sorted(p for p in os.listdir(folder) if not p.startswith(STAGING_PREFIX)) == before
+    assert not dead_staging.exists()
+    w.abort()
+    assert sorted(os.listdir(folder)) == before
+
+
 def test_a_live_saves_staging_folder_is_left_alone(tmp_path):
     folder = tmp_path / "ck"
     ls.save({"a": np.ones(100)}, folder, max_shard_size=800)

@@ -8,15 +8,18 @@ rename leaves it."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import threading
 
 import numpy as np
 import pytest
 
 import lazystore as ls
-from lazystore.interop import ShardedWriter
 from lazystore.sinks import remove_stale_partials
 from lazystore.sinks.partials import PARTIAL_NAME, partial_name
+from tests.paths import REPO
 
 
 def dead_partial(folder, target: str, name_max: int | None = None):
@@ -88,10 +91,22 @@ def test_a_fifo_with_a_partial_files_name_is_never_opened(tmp_path):
     assert sorted(os.listdir(tmp_path)) == sorted([fifo.name, "ck.lzy"])  # not ours to remove
 
 
-def test_a_sharded_save_cleans_its_folder_when_it_starts(tmp_path):
-    folder = tmp_path / "ck"
-    ls.save({"a": np.ones(100)}, folder, max_shard_size=800)
-    dead = dead_partial(folder, "lazystore.index.json")
-    w = ShardedWriter(folder, max_shard_size=800)
-    assert not dead.exists()  # before the save finishes, or even if it fails
-    w.abort()
+
+def test_a_save_stopped_by_sigterm_leaves_only_a_hidden_partial_until_the_next_clean_up(tmp_path):
+    # SIGTERM's default action ends the process with no Python clean-up,
+    # exactly like kill -9: what is left is one hidden, unlocked partial file.
+    code = ("import sys, numpy as np, lazystore as ls\n"
+            "w = ls.Writer(sys.argv[1])\n"
+            "w.add('a', np.ones(1 << 20))\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.read()\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    with subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "ck.lzy")], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True, env=env) as child:
+        assert child.stdout.readline() == "ready\n"
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=60) == -signal.SIGTERM
+    (left,) = os.listdir(tmp_path)
+    assert PARTIAL_NAME.fullmatch(left) and left.startswith(".ck.lzy.")
+    assert remove_stale_partials(tmp_path) == [tmp_path / left]
+    assert os.listdir(tmp_path) == []
