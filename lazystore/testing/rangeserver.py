@@ -141,7 +141,9 @@ class Folder:
     """The regular files under ``root``, by their path relative to it, as
     ``files`` for a RangeServer: ``get(name)`` memory-maps the file (the same
     map while the file is unchanged, so its ETag stays) or gives None for a
-    name that is missing, not a regular file, or outside ``root``."""
+    name that is missing, not a regular file, or outside ``root``. A file
+    truncated in place while mapped would crash the server (SIGBUS): lazystore
+    itself only ever replaces files whole, by rename."""
 
     def __init__(self, root):
         self.root = os.path.realpath(root)
@@ -156,17 +158,19 @@ class Folder:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hang the server
         except OSError:
             return None
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
+        try:
+            st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 return None
             identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
             with self._lock:
                 held = self._maps.get(name)
                 if held is None or held[0] != identity:
-                    data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if st.st_size else b""
+                    data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if st.st_size else b""
                     held = self._maps[name] = (identity, data)
                 return held[1]
+        finally:
+            os.close(fd)
 
 
 class RangeServer:

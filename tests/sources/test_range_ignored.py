@@ -10,7 +10,13 @@ let alone three times over.
 from __future__ import annotations
 
 import functools
+import http.client
+import os
 import re
+import select
+import signal
+import subprocess
+import sys
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
@@ -20,6 +26,7 @@ import pytest
 import lazystore as ls
 from lazystore.sources import http_ranges
 from lazystore.testing.rangeserver import Every
+from tests.paths import REPO
 from tests.sources.checkpoints import file_bytes, tensors
 
 BIG = 64 << 20  # the big checkpoint's size, roughly
@@ -159,3 +166,89 @@ def test_without_aiohttp_middlewares_the_whole_answer_is_still_refused_once(tmp_
         ls.open(url)
     assert_range_refused(err, url)
     assert plain_server.settled()[0] == 1
+
+
+def test_the_users_own_aiohttp_middlewares_still_run(tmp_path, server):
+    # Per-request middlewares replace the session's in aiohttp: lazystore's
+    # check must come in addition to the user's (an auth middleware, say).
+    arrays = tensors(4)
+    server.files["ck.lzy"] = file_bytes(tmp_path, arrays)
+    seen = []
+
+    async def note(request, handler):
+        seen.append(request.method)
+        return await handler(request)
+
+    options = {"client_kwargs": {"middlewares": (note,)}}
+    loaded = ls.load(server.url("ck.lzy"), keys=["layer.1.weight", "layer.3.weight"], storage_options=options)
+    assert all(np.array_equal(loaded[k], arrays[k]) for k in loaded) and len(loaded) == 2
+    assert seen.count("GET") == len(server.gets) >= 2
+    server.clear()
+    server.plan = Every(1, "whole")
+    with pytest.raises(ls.RangeNotSupportedError):
+        ls.load(server.url("ck.lzy"), keys=["layer.1.weight"], storage_options=options)
+    assert len(server.gets) == 1
+
+
+# ---------------------------------------------------------------------------
+# the one-line server docs/remote.md recommends
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def served_folder(tmp_path):
+    """``python -m lazystore.testing.rangeserver FOLDER --port 0``, as a user
+    runs it: (the URL it prints, the folder)."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-m", "lazystore.testing.rangeserver", str(folder), "--port", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        ready, _, _ = select.select([process.stdout], [], [], 30)
+        line = process.stdout.readline() if ready else ""
+        url = re.search(r"http://\S+/", line)
+        assert url, (line, process.poll())
+        yield url[0], folder
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            assert process.wait(timeout=10) == 0, process.stderr.read()
+        finally:
+            process.kill()
+            process.communicate()
+
+
+def test_the_one_line_server_serves_checkpoints_in_ranges(served_folder, tmp_path):
+    url, folder = served_folder
+    arrays = tensors(8)
+    (folder / "sub").mkdir()
+    (folder / "sub" / "ck.lzy").write_bytes(file_bytes(tmp_path, arrays, compression="zstd"))
+    with ls.open(url + "sub/ck.lzy") as ck:
+        assert np.array_equal(ck["layer.5.weight"], arrays["layer.5.weight"])
+        assert np.array_equal(ck.get_slice("layer.2.weight")[10:20], arrays["layer.2.weight"][10:20])
+        assert ck.verify() == []
+    loaded = ls.load(url + "sub/ck.lzy", keys=["layer.1.weight", "layer.7.weight"])
+    assert all(np.array_equal(loaded[k], arrays[k]) for k in loaded) and len(loaded) == 2
+    with pytest.raises(FileNotFoundError):
+        ls.open(url + "nothing.lzy")
+
+
+def test_the_one_line_server_serves_nothing_outside_its_folder(served_folder, tmp_path):
+    url, folder = served_folder
+    (folder / "ck.lzy").write_bytes(b"inside")
+    (tmp_path / "secret.lzy").write_bytes(b"outside the folder")
+    (folder / "sub").mkdir()
+    (folder / "link.lzy").symlink_to(tmp_path / "secret.lzy")
+    os.mkfifo(folder / "pipe.lzy")  # opening it for reading must not hang the server
+    host, port = re.match(r"http://([^:/]+):(\d+)/", url).groups()
+    # Raw paths: a client library would tidy the dots away before sending.
+    paths = ["/../secret.lzy", "/sub/../../secret.lzy", "/%2e%2e/secret.lzy", "/link.lzy", "/sub", "/pipe.lzy", "/"]
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        for path in paths + ["/ck.lzy"]:
+            connection.request("GET", path, headers={"Range": "bytes=0-5"})
+            answer = connection.getresponse()
+            assert (answer.status, answer.read()) == ((206, b"inside") if path == "/ck.lzy" else (404, b"")), path
+    finally:
+        connection.close()
