@@ -100,3 +100,10 @@ class CheckpointNotFoundError(LazyStoreError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
+
+
+class RangeNotSupportedError(RemoteError):
+    """The server answered a range request with the whole object: it ignores
+    HTTP ``Range`` (``python -m http.server`` does), and lazystore reads
+    checkpoints by byte ranges. Raised at the first such answer, whose
+    transfer is stopped; never retried. docs/remote.md lists servers that work."""

@@ -1,14 +1,18 @@
 """Checkpoints in remote storage (S3, GCS, HTTP(S), ...) through fsspec.
 
 Every read is a range request (``fs.cat_file(path, start, end)``), so only
-the bytes asked for travel. Each answer must be exactly as long as asked. A
-request that fails in a way that may pass (a 5xx, 408, 425 or 429 status, a
-broken or refused connection, a timeout, a body cut short or of the wrong
-length) is asked again, up to ATTEMPTS times in all with a short backoff (or
+the bytes asked for travel. Each answer must be exactly the range asked for;
+over HTTP that is judged at its headers (lazystore.sources.http_ranges), so
+a whole object sent for a range is cut off, not downloaded. A request that
+fails in a way that may pass (a 5xx, 408, 425 or 429 status, a broken or
+refused connection, a timeout, a body cut short, of the wrong length or
+range) is asked again, up to ATTEMPTS times in all with a short backoff (or
 the server's Retry-After); a failure that will not pass (any other 4xx) is
-not retried. What finally fails raises :class:`RemoteError`, naming the URL,
-the byte range, the attempts and the cause; a partial answer is never used
-as data. Only a missing object at open raises FileNotFoundError.
+not retried, and a server that ignores Range (sends the whole object)
+raises RangeNotSupportedError at once. What finally fails raises
+:class:`RemoteError`, naming the URL, the byte range, the attempts and the
+cause; a partial answer is never used as data. Only a missing object at
+open raises FileNotFoundError.
 ``read_many`` merges nearby ranges and fetches the merged ranges
 concurrently.
 
@@ -23,9 +27,10 @@ import errno
 import importlib
 import time
 
-from lazystore.errors import InvalidInputError, MissingDependencyError, RemoteError
+from lazystore.errors import InvalidInputError, MissingDependencyError, RangeNotSupportedError, RemoteError
+from lazystore.sources import http_ranges
 from lazystore.sources.base import ByteSource
-from lazystore.sources.ranges import coalesce
+from lazystore.sources.ranges import WrongAnswer, coalesce, wrong_length
 
 EXTRA = "pip install 'lazystore[remote]'"
 
@@ -77,6 +82,7 @@ class FsspecSource(ByteSource):
     def __init__(self, url: str, storage_options=None):
         self.name = url
         self._fs, self._path = url_to_fs(url, storage_options)
+        self._options = http_ranges.request_options(self._fs)  # for every range request
         self._closed = False
         self._opened = self._stat()  # what the object was when opened: see check_unchanged
         self._changed: tuple | None = None  # (errno, message) once it is known to have changed
@@ -185,7 +191,8 @@ class FsspecSource(ByteSource):
                 if not isinstance(result, BaseException) and len(result) == b - a:
                     results[i] = result
                     continue
-                failure = _cause(result) if isinstance(result, BaseException) else _WrongLength(len(result), b - a)
+                failure = _cause(result) if isinstance(result, BaseException) else wrong_length(len(result), a, b,
+                                                                                                 self.size)
                 if not _transient(failure) or attempt == ATTEMPTS:
                     self._give_up(a, b, failure, attempt)
                 failures.append((i, failure))
@@ -197,13 +204,19 @@ class FsspecSource(ByteSource):
     def _give_up(self, a: int, b: int, failure: BaseException, attempts: int):
         """Raise the RemoteError of reading bytes a-b; if the object changed
         since it was opened (which a 404, 416 or a short body can mean), say that."""
+        if isinstance(failure, WrongAnswer) and failure.range_ignored:
+            raise RangeNotSupportedError(
+                f"{self.name}: the server ignores HTTP Range requests: {failure}. lazystore reads "
+                "checkpoints in byte ranges, so it stopped that transfer and does not ask again. Serve the "
+                "file with a server that honours Range: nginx, Caddy, an object store, or "
+                "`python -m lazystore.testing.rangeserver FOLDER` (see docs/remote.md)") from None
         error = _error(f"{self.name}: reading bytes {a}-{b} (nothing of them used) failed", failure, attempts)
-        if isinstance(failure, _WrongLength) or _not_found(failure) or _status(failure) in (412, 416):
+        if isinstance(failure, WrongAnswer) or _not_found(failure) or _status(failure) in (412, 416):
             try:
                 self.check_unchanged()
             except RemoteError as changed:
                 raise changed from error
-        raise error from (None if isinstance(failure, _WrongLength) else failure)
+        raise error from (None if isinstance(failure, WrongAnswer) else failure)
 
     def _request(self, ranges: list[tuple[int, int]]) -> list:
         """One attempt: each range's bytes, or the exception it raised."""
@@ -211,11 +224,11 @@ class FsspecSource(ByteSource):
         if len(ranges) == 1:
             (a, b), = ranges
             try:
-                return [fs.cat_file(path, start=a, end=b)]
+                return [fs.cat_file(path, start=a, end=b, **self._options)]
             except _CAUGHT as exc:
                 return [exc]
         starts, ends = [a for a, _ in ranges], [b for _, b in ranges]
-        kwargs = {"batch_size": CONCURRENCY} if getattr(fs, "async_impl", False) else {}
+        kwargs = {"batch_size": CONCURRENCY, **self._options} if getattr(fs, "async_impl", False) else {}
         try:
             results = fs.cat_ranges([path] * len(ranges), starts, ends, on_error="return", **kwargs)
         except _CAUGHT as exc:  # one failure may take the whole batch down
@@ -230,13 +243,6 @@ _CAUGHT = (Exception, asyncio.CancelledError)
 _TRANSIENT_4XX = {408, 425, 429}
 # errno for the statuses that have one
 _STATUS_ERRNO = {401: errno.EACCES, 403: errno.EACCES}
-
-
-class _WrongLength(Exception):
-    """An answer of the wrong length (cut short, or the whole object for a range)."""
-
-    def __init__(self, got: int, wanted: int):
-        super().__init__(f"{got} bytes came back for a request of {wanted}")
 
 
 def _cause(exc: BaseException) -> BaseException:
@@ -269,7 +275,10 @@ def _transient(exc: BaseException) -> bool:
     """May asking again mend it? 5xx, 408, 425 and 429 may; other statuses
     (a refusal, a missing object, a range past the end) will not, nor will a
     missing file or permission. Broken connections, timeouts, answers of the
-    wrong length and failures not known to be permanent are retried."""
+    wrong length and failures not known to be permanent are retried; a server
+    that ignores Range is not."""
+    if isinstance(exc, WrongAnswer):
+        return not exc.range_ignored
     status = _status(exc)
     if status is not None:
         return status >= 500 or status in _TRANSIENT_4XX
@@ -327,6 +336,8 @@ def _retry_after(exc: BaseException) -> float | None:
 
 def _describe(exc: BaseException) -> str:
     text = str(exc)
+    if isinstance(exc, WrongAnswer):
+        return text  # lazystore's own verdict: its class name means nothing to a user
     name = type(exc).__name__
     if isinstance(exc, FileNotFoundError) and _status(exc) is None:
         name += " (no such object)"  # fsspec's HTTP filesystem says no more of a 404

@@ -1,4 +1,5 @@
-"""Coalescing byte ranges into fewer, larger requests.
+"""Range requests: coalescing byte ranges into fewer, larger requests, and
+the answers that are not the range asked for.
 
 A remote read costs a round trip whatever its size, so ranges that touch or
 nearly touch are fetched as one request and cut apart afterwards.
@@ -39,3 +40,24 @@ def coalesce(ranges: Sequence[tuple[int, int]], *, max_gap: int, max_size: int) 
                 continue
         groups.append((start, stop, [i]))
     return groups
+
+
+class WrongAnswer(Exception):
+    """An answer to a range request that is not the bytes asked for: cut
+    short, of another range, or the whole object. It is never used as data.
+    ``range_ignored``: the server sent the whole object, so it ignores
+    ``Range``, which asking again will not mend."""
+
+    def __init__(self, message: str, *, range_ignored: bool = False):
+        super().__init__(message)
+        self.range_ignored = range_ignored
+
+
+def wrong_length(got: int, start: int, stop: int, size: int | None = None) -> WrongAnswer:
+    """The WrongAnswer of ``got`` bytes for a request of bytes [start, stop)
+    of an object of ``size`` bytes (when known): the whole object, if it is
+    that, is a server ignoring Range."""
+    if size is not None and got == size > stop - start:
+        return WrongAnswer(f"the whole object ({got} bytes) came back for a request of bytes {start}-{stop}",
+                           range_ignored=True)
+    return WrongAnswer(f"{got} bytes came back for a request of {stop - start}")

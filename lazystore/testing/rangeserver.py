@@ -6,12 +6,21 @@ answers ``Range: bytes=a-b`` with 206 Partial Content, and records every
 request (method, range asked, status, body bytes sent), so a test can assert
 exactly what a reader fetched. Every answer carries an ``ETag`` that
 changes when the object is replaced (``server.files[name] = other``).
-Standard library only; it listens on 127.0.0.1 alone.
+Standard library only; it listens on 127.0.0.1 unless told otherwise.
+
+It also serves a folder from the command line, for anyone who needs a
+server that honours Range (``python -m http.server`` does not)::
+
+    python -m lazystore.testing.rangeserver FOLDER --port 8000 [--bind 0.0.0.0]
+
+Files are memory-mapped and sent a piece at a time; nothing outside FOLDER
+is served. No TLS, no authentication: for a trusted network.
 
 It can also misbehave on demand, the way real servers and networks do (see
 :data:`FAULTS`): answer 503 (with ``Retry-After``), break off mid-body, send
-a short body, stall, ignore Range, reset the connection, flip a byte of the
-body, or have the object replaced between two requests. Faults come from
+a short body, stall, ignore Range, answer another range, reset the
+connection, flip a byte of the body, or have the object replaced between
+two requests. Faults come from
 
 - ``server.faults``: a list of fault kinds (or :class:`Fault`), one taken by
   each GET, first to last;
@@ -29,12 +38,17 @@ body, or have the object replaced between two requests. Faults come from
 
 from __future__ import annotations
 
+import argparse
 import itertools
+import mmap
+import os
 import random
 import re
 import socket
+import stat
 import struct
 import threading
+import urllib.parse
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Self
@@ -46,6 +60,7 @@ FAULTS = (
     "short",  # a well-formed answer of half the bytes asked for
     "stall",  # send the headers and half the body, then go silent (up to stall_seconds)
     "whole",  # ignore Range: 200 with the whole object
+    "shifted",  # 206 with another range (one byte further on, or back at the end), its Content-Range honest
     "error",  # an error status: 503 Service Unavailable unless the Fault says otherwise
     "reset",  # reset the connection (TCP RST) instead of answering
     "flip",  # the right answer, but one byte of the body flipped (xor 0xff) in transit
@@ -110,7 +125,7 @@ class RandomFaults:
     range and attempt alone (not arrival order), so a seed always gives the
     same faults."""
 
-    KINDS = ("error", "cut", "short", "whole", "reset", "flip")
+    KINDS = ("error", "cut", "short", "whole", "shifted", "reset", "flip")
 
     def __init__(self, seed: int, rate: float = 0.3, kinds=KINDS, *, methods=("GET",)):
         self.seed, self.rate, self.kinds, self.methods = seed, rate, tuple(kinds), tuple(methods)
@@ -122,14 +137,55 @@ class RandomFaults:
         return rng.choice(self.kinds) if rng.random() < self.rate else None
 
 
+class Folder:
+    """The regular files under ``root``, by their path relative to it, as
+    ``files`` for a RangeServer: ``get(name)`` memory-maps the file (the same
+    map while the file is unchanged, so its ETag stays) or gives None for a
+    name that is missing, not a regular file, or outside ``root``. A file
+    truncated in place while mapped would crash the server (SIGBUS): lazystore
+    itself only ever replaces files whole, by rename."""
+
+    def __init__(self, root):
+        self.root = os.path.realpath(root)
+        self._maps: dict[str, tuple[tuple, object]] = {}  # name -> (identity, map)
+        self._lock = threading.Lock()
+
+    def get(self, name: str):
+        path = os.path.realpath(os.path.join(self.root, urllib.parse.unquote(name.partition("?")[0])))
+        if os.path.commonpath([self.root, path]) != self.root:
+            return None  # ".." or a link out of the folder
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hang the server
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            with self._lock:
+                held = self._maps.get(name)
+                if held is None or held[0] != identity:
+                    data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if st.st_size else b""
+                    held = self._maps[name] = (identity, data)
+                return held[1]
+        finally:
+            os.close(fd)
+
+
 class RangeServer:
-    """Serve ``files`` (name -> bytes-like) on 127.0.0.1; use as a context manager."""
+    """Serve ``files`` (name -> bytes-like, or a :class:`Folder`) on ``host``
+    (127.0.0.1) at ``port`` (any free one); use as a context manager.
+    ``record=False`` keeps no list of requests (and injects no faults), for
+    a server that runs for long."""
 
     PIECE = 1 << 20  # bodies are written a piece at a time, never copied whole
 
-    def __init__(self, files: dict | None = None, *, delay: float = 0.0, stall_seconds: float = 5.0,
-                 plan=None, seed: int = 0):
-        self.files = dict(files or {})
+    def __init__(self, files: dict | Folder | None = None, *, delay: float = 0.0, stall_seconds: float = 5.0,
+                 plan=None, seed: int = 0, host: str = "127.0.0.1", port: int = 0, record: bool = True):
+        self.files = files if isinstance(files, Folder) else dict(files or {})
+        self.host, self.record = host, record
+        self._port = port
         self.requests: list[Request] = []
         self.faults: list[str | Fault] = []  # consumed by GET requests, first to last
         self.plan = plan  # request -> fault kind, Fault or None; asked when ``faults`` is empty
@@ -149,7 +205,7 @@ class RangeServer:
     # -- life cycle ------------------------------------------------------------------
 
     def start(self) -> Self:
-        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server = _Server((self.host, self._port), _Handler)
         self._server.owner = self
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True,
                                         name="rangeserver")  # a short poll: stop() returns at once
@@ -180,7 +236,8 @@ class RangeServer:
         return self._server.server_address[1]
 
     def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{name}"
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
+        return f"http://{host}:{self.port}/{name}"
 
     def clear(self) -> None:
         """Forget the requests recorded so far (and start counting attempts afresh)."""
@@ -200,6 +257,8 @@ class RangeServer:
 
     def _record(self, request: Request) -> Fault | None:
         """Note the request; the fault it gets, if any (a swap is done here)."""
+        if not self.record:
+            return None
         with self._lock:
             key = (request.method, request.path, request.start, request.stop)
             request.attempt = self._attempts[key] = self._attempts.get(key, 0) + 1
@@ -315,6 +374,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif start >= size or stop <= start:
             return self._empty(416, req, {"Content-Range": f"bytes */{size}"})
         else:
+            if kind == "shifted":
+                shift = 1 if stop < size else -1 if start > 0 else 0
+                start, stop = start + shift, stop + shift
             status, body = 206, memoryview(data)[start:stop]
         half = body[: len(body) // 2]
         req.status = status
@@ -385,4 +447,25 @@ def _parse_range(header: str | None, size: int) -> tuple[int | None, int | None]
     return start, stop
 
 
-__all__ = ["FAULTS", "Every", "Fault", "RandomFaults", "RangeServer", "Request"]
+def main(argv=None) -> None:
+    """``python -m lazystore.testing.rangeserver FOLDER``: serve FOLDER, honouring Range, until Ctrl-C."""
+    parser = argparse.ArgumentParser(prog="python -m lazystore.testing.rangeserver",
+                                     description="Serve a folder over HTTP, honouring Range requests.")
+    parser.add_argument("folder")
+    parser.add_argument("--port", type=int, default=8000, help="0: any free port (default 8000)")
+    parser.add_argument("--bind", default="127.0.0.1", help="the address to listen on (0.0.0.0: all)")
+    args = parser.parse_args(argv)
+    if not os.path.isdir(args.folder):
+        parser.error(f"{args.folder}: not a folder")
+    with RangeServer(Folder(args.folder), host=args.bind, port=args.port, record=False) as server:
+        print(f"serving {os.path.abspath(args.folder)} at {server.url('')} (Ctrl-C stops)", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+
+
+__all__ = ["FAULTS", "Every", "Fault", "Folder", "RandomFaults", "RangeServer", "Request", "main"]
+
+if __name__ == "__main__":
+    main()
