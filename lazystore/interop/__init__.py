@@ -12,9 +12,17 @@
   ``from lazystore.interop import from_torch, to_safetensors``.
 """
 
-from lazystore.interop.convert import copy, from_npz, from_safetensors, from_torch, to_lazystore, to_safetensors
+from lazystore.interop.convert import (
+    carried_system_metadata,
+    copy,
+    from_npz,
+    from_safetensors,
+    from_torch,
+    to_lazystore,
+    to_safetensors,
+)
 from lazystore.interop.safetensors import SafetensorsWriter
 from lazystore.interop.sharded_writer import ShardedWriter
 
-__all__ = ["SafetensorsWriter", "ShardedWriter", "copy", "from_npz", "from_safetensors", "from_torch",
-           "to_lazystore", "to_safetensors"]
+__all__ = ["SafetensorsWriter", "ShardedWriter", "carried_system_metadata", "copy", "from_npz", "from_safetensors",
+           "from_torch", "to_lazystore", "to_safetensors"]

@@ -13,7 +13,10 @@ rows at a time (:func:`copy`), so memory stays bounded whatever the sizes:
   otherwise, and a pickle that tries to run code fails with FormatError.
 - :func:`from_npz`: an ``.npz`` -> lazystore, with ``allow_pickle=False``.
 
-Every output is written atomically, like any lazystore save.
+Every output is written atomically, like any lazystore save, and stands
+alone: a delta file's tensors are written whole (:func:`output_codec`) and
+its base reference is not carried over (:func:`carried_system_metadata`), so
+the output reads without the input's base.
 """
 
 from __future__ import annotations
@@ -22,12 +25,41 @@ from collections.abc import Iterable, Mapping
 
 from lazystore import api
 from lazystore._core.blocks import blocks
+from lazystore._native.base_ref import BASE_KEY
 from lazystore._native.writer import Writer
 from lazystore.interop import archives
 from lazystore.interop.safetensors import SafetensorsWriter
 
 # Tensors larger than this are copied a block at a time.
 COPY_BLOCK_BYTES = 16 << 20
+
+# Reserved members that say how the input is stored, not what it holds: a
+# copy stores its tensors its own way, so it never carries them.
+STORAGE_KEYS = frozenset({BASE_KEY})
+
+# What a tensor whose own codec means nothing outside its file is written
+# with when no compression is asked for: a delta tensor (codec 2) is only a
+# difference from its base, and zstd keeps the copy about as compact (the
+# writer still stores it raw when zstd would save less than 1%).
+STANDALONE_CODECS = {"delta": "zstd"}
+
+
+def carried_system_metadata(view) -> dict:
+    """The reserved metadata a copy of ``view`` carries: all of it (the
+    structure of nested training state, ...) but :data:`STORAGE_KEYS`. A
+    delta file's ``__lazystore_base__`` in particular: the copy holds every
+    tensor whole, and docs/format.md §9.3 allows the member only in a file
+    with delta tensors."""
+    return {k: v for k, v in view.system_metadata.items() if k not in STORAGE_KEYS}
+
+
+def output_codec(compression, info):
+    """The codec a copy writes tensor ``info`` with: ``compression`` when
+    given ("zstd", "none"), else the tensor's own, as a standalone file can
+    hold it (:data:`STANDALONE_CODECS`)."""
+    if compression is not None:
+        return compression
+    return STANDALONE_CODECS.get(info.compression, info.compression)
 
 
 def copy(view, writer, *, compression=None, names: Iterable[str] | None = None) -> None:
@@ -39,8 +71,9 @@ def copy(view, writer, *, compression=None, names: Iterable[str] | None = None) 
     does not keep what it reads resident (open local files with
     ``mmap=False``, as the converters and the command line do).
 
-    ``compression`` None keeps each tensor's own codec; "zstd" or "none"
-    re-encodes every tensor (safetensors outputs ignore it). ``names`` picks
+    ``compression`` None keeps each tensor's own codec (a delta tensor's
+    becomes zstd: :func:`output_codec`); "zstd" or "none" re-encodes every
+    tensor (safetensors outputs ignore it). ``names`` picks
     the tensors and their order (default: all of ``view``'s, in its order).
     It is consumed one name per tensor, after the previous tensor is
     written, so an iterator that counts what it yields reports progress:
@@ -48,7 +81,7 @@ def copy(view, writer, *, compression=None, names: Iterable[str] | None = None) 
     ``view[name]`` and ``get_slice(name)`` (and iteration, without ``names``)."""
     for name in view if names is None else names:
         info = view.info(name)
-        codec = info.compression if compression is None else compression
+        codec = output_codec(compression, info)
         if info.nbytes <= COPY_BLOCK_BYTES:
             writer.add(name, view[name], compression=codec)
             continue
@@ -68,7 +101,7 @@ def to_safetensors(src, dst, *, storage_options: Mapping | None = None) -> None:
     view, owned = _open(src, verify=True)
     try:
         with SafetensorsWriter(dst, metadata=view.metadata, storage_options=storage_options) as w:
-            w.system_metadata.update(view.system_metadata)
+            w.system_metadata.update(carried_system_metadata(view))
             copy(view, w)
     finally:
         if owned:
@@ -77,12 +110,13 @@ def to_safetensors(src, dst, *, storage_options: Mapping | None = None) -> None:
 
 def to_lazystore(src, dst, *, compression=None, compression_level: int | None = None, **writer_options) -> None:
     """Write ``src`` (a path, URL or open view, any format) as a lazystore
-    file; ``compression`` None keeps each tensor's codec."""
+    file; ``compression`` None keeps each tensor's codec (see :func:`copy`).
+    A delta file becomes a standalone file."""
     view, owned = _open(src, verify=True)
     try:
         with Writer(dst, compression=compression, compression_level=compression_level,
                     metadata=view.metadata, **writer_options) as w:
-            w.system_metadata.update(view.system_metadata)
+            w.system_metadata.update(carried_system_metadata(view))
             copy(view, w, compression=compression)
     finally:
         if owned:
@@ -108,4 +142,5 @@ def from_npz(path, dst, **options) -> None:
         to_lazystore(view, dst, **options)
 
 
-__all__ = ["copy", "from_npz", "from_safetensors", "from_torch", "to_lazystore", "to_safetensors"]
+__all__ = ["carried_system_metadata", "copy", "from_npz", "from_safetensors", "from_torch", "output_codec",
+           "to_lazystore", "to_safetensors"]

@@ -13,6 +13,7 @@ import pytest
 
 import lazystore as ls
 from lazystore import cli
+from lazystore._native.base_ref import BASE_KEY
 from lazystore.interop import convert
 
 torch = pytest.importorskip("torch")
@@ -127,3 +128,64 @@ def test_cli_converts_every_way(capsys, tmp_path):
     stnp.save_file({"w": tensors["w"]}, str(tmp_path / "plain.safetensors"))
     code, _, err = run(capsys, "verify", tmp_path / "plain.safetensors")
     assert code == 2 and "no lazystore checksums" in err and len(err.strip().splitlines()) == 1
+
+
+# -- delta files (format 1.2, docs/format.md §9.3) convert to standalone files ----------------------
+
+
+def _delta_file(folder):
+    """base.lzy and d.lzy, a delta file against it; the tensors d.lzy holds."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((128, 64)).astype(np.float32)
+    ls.save({"w": w, "same": np.arange(300, dtype=np.int32)}, folder / "base.lzy", compression="zstd",
+            metadata={"step": 1})
+    later = {"w": w.copy(), "same": np.arange(300, dtype=np.int32), "new": np.ones(5, np.float16)}
+    later["w"][:3] += np.float32(1e-3)
+    ls.save(later, folder / "d.lzy", base=folder / "base.lzy", metadata={"step": 2})
+    with ls.open(folder / "d.lzy") as ck:
+        assert ck.info("w").compression == "delta" and ck.info("same").compression == "delta"
+        assert ck.format_version[:2] == (1, 2)
+    return later
+
+
+CONVERSIONS = {
+    "to_lazystore": lambda src, dst: convert.to_lazystore(src, dst),
+    "to_lazystore-zstd": lambda src, dst: convert.to_lazystore(src, dst, compression="zstd"),
+    "to_safetensors": lambda src, dst: convert.to_safetensors(src, dst.with_suffix(".safetensors")),
+    "cli-convert": lambda src, dst: cli.main(["convert", str(src), str(dst)]),
+    "cli-convert-zstd": lambda src, dst: cli.main(["convert", str(src), str(dst), "--compression", "zstd"]),
+    "cli-convert-none": lambda src, dst: cli.main(["convert", str(src), str(dst), "--compression", "none"]),
+    "cli-convert-sharded": lambda src, dst: cli.main(["convert", str(src), str(dst), "--max-shard-size", "1MB"]),
+    "cli-merge": lambda src, dst: cli.main(["merge", str(dst), str(src)]),
+}
+
+
+@pytest.mark.parametrize("how", CONVERSIONS)
+def test_a_converted_delta_file_stands_alone(tmp_path, how):
+    src_dir, out_dir = tmp_path / "series", tmp_path / "elsewhere"
+    src_dir.mkdir(), out_dir.mkdir()
+    tensors = _delta_file(src_dir)
+    dst = out_dir / "out.lzy"
+    assert CONVERSIONS[how](src_dir / "d.lzy", dst) in (None, 0)
+    (src_dir / "base.lzy").unlink()  # the output must not need it
+    dst = dst if dst.exists() else dst.with_suffix(".safetensors")
+    with ls.open(dst, verify=True) as ck:
+        assert BASE_KEY not in ck.system_metadata  # §9.3: only a file with codec-2 tensors names a base
+        assert ck.metadata == {"step": 2}
+        codecs = {ck.info(n).compression for n in ck}
+        assert "delta" not in codecs and ck.verify() == []
+        if how.endswith("none"):
+            assert codecs == {None}
+        elif how.endswith("zstd"):
+            assert "zstd" in codecs
+    back = ls.load(dst)
+    assert set(back) == set(tensors) and all(same(back[k], tensors[k]) for k in tensors)
+
+
+def test_a_delta_tensor_converts_to_zstd_by_default(tmp_path):
+    _delta_file(tmp_path)
+    convert.to_lazystore(tmp_path / "d.lzy", tmp_path / "out.lzy")
+    with ls.open(tmp_path / "out.lzy") as ck:
+        # "same" (0..299, int32) compresses well, so it stays zstd; raw "new" stays raw.
+        assert ck.info("same").compression == "zstd" and ck.info("new").compression is None
+        assert ck.format_version[:2] < (1, 2)
