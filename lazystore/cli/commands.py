@@ -160,11 +160,12 @@ def _copy(sources: Mapping[str, tuple[str, ls.CheckpointView]], out, compression
     """Stream tensors (name -> (path, view)) into ``out`` through
     :func:`lazystore.interop.copy`, with a progress bar by decoded bytes.
     ``compression`` is ``--compression``: "zstd", "none", or None to keep
-    each tensor's own codec, as copy takes it."""
+    each tensor's own codec, as copy takes it. Every input was opened with
+    ``verify=True`` (:func:`open_input`), so its reads check what they copy."""
     tensors = Tensors(sources)
     sizes = {name: tensors.info(name).nbytes for name in tensors}
     names = progress(tensors, desc=desc, total=sum(sizes.values()), weight=sizes.__getitem__)
-    copy(tensors, out, compression=compression, names=names)
+    copy(tensors, out, compression=compression, names=names, reads_checked=True)
 
 
 def _stored_size(path) -> str:

@@ -27,6 +27,7 @@ from lazystore import api
 from lazystore._core.blocks import blocks
 from lazystore._native.base_ref import BASE_KEY
 from lazystore._native.writer import Writer
+from lazystore.errors import ChecksumError, VerificationUnavailableError
 from lazystore.interop import archives
 from lazystore.interop.safetensors import SafetensorsWriter
 
@@ -62,7 +63,7 @@ def output_codec(compression, info):
     return STANDALONE_CODECS.get(info.compression, info.compression)
 
 
-def copy(view, writer, *, compression=None, names: Iterable[str] | None = None) -> None:
+def copy(view, writer, *, compression=None, names: Iterable[str] | None = None, reads_checked: bool = False) -> None:
     """Stream tensors of ``view`` into ``writer`` one at a time.
 
     A tensor larger than ``COPY_BLOCK_BYTES`` is read and written a block
@@ -78,8 +79,19 @@ def copy(view, writer, *, compression=None, names: Iterable[str] | None = None) 
     It is consumed one name per tensor, after the previous tensor is
     written, so an iterator that counts what it yields reports progress:
     the command line passes its progress bar. ``view`` needs ``info(name)``,
-    ``view[name]`` and ``get_slice(name)`` (and iteration, without ``names``)."""
+    ``view[name]`` and ``get_slice(name)`` (and iteration, without ``names``).
+
+    A copy never turns unchecked bytes into a file with fresh checksums.
+    ``reads_checked`` says that ``view``'s reads check every byte they
+    return (a view opened with ``verify=True``: raw chunks are then checked
+    on access, compressed ones always are); otherwise each tensor is
+    verified (``view.verify([name])``, which covers a delta tensor's bases
+    too) before it is read, and a damaged one raises ChecksumError naming
+    it. A view that records no checksums (a plain safetensors file, a torch
+    zip, an ``.npz``) has nothing to check against and is copied as read."""
     for name in view if names is None else names:
+        if not reads_checked:
+            _check(view, name)
         info = view.info(name)
         codec = output_codec(compression, info)
         if info.nbytes <= COPY_BLOCK_BYTES:
@@ -90,19 +102,35 @@ def copy(view, writer, *, compression=None, names: Iterable[str] | None = None) 
         writer.add_pieces(name, pieces, dtype=info.dtype, shape=info.shape, compression=codec)
 
 
-def _open(src, verify: bool):
+def _check(view, name: str) -> None:
+    """ChecksumError unless tensor ``name`` of ``view`` verifies (or ``view``
+    records no checksums: nothing to check it against)."""
+    try:
+        damaged = view.verify([name])
+    except VerificationUnavailableError:
+        return
+    if damaged:
+        raise ChecksumError(f"{view.name}: tensor {name!r} fails its checksum (verify()); not copied")
+
+
+def _open(src):
+    """``src``'s view, whether the converter owns it (opened it from a path
+    or URL), and whether its reads are checked: a view the caller opened
+    may not verify on access, so :func:`copy` verifies its tensors first."""
+    if hasattr(src, "info"):
+        return src, False, False
     # Unmapped: a converter reads each byte once, and a mapping would keep
     # every page it read resident, however large the checkpoint.
-    return (api.open(src, verify=verify, mmap=False), True) if not hasattr(src, "info") else (src, False)
+    return api.open(src, verify=True, mmap=False), True, True
 
 
 def to_safetensors(src, dst, *, storage_options: Mapping | None = None) -> None:
     """Write ``src`` (a path, URL or open view) as a safetensors file."""
-    view, owned = _open(src, verify=True)
+    view, owned, checked = _open(src)
     try:
         with SafetensorsWriter(dst, metadata=view.metadata, storage_options=storage_options) as w:
             w.system_metadata.update(carried_system_metadata(view))
-            copy(view, w)
+            copy(view, w, reads_checked=checked)
     finally:
         if owned:
             view.close()
@@ -112,12 +140,12 @@ def to_lazystore(src, dst, *, compression=None, compression_level: int | None = 
     """Write ``src`` (a path, URL or open view, any format) as a lazystore
     file; ``compression`` None keeps each tensor's codec (see :func:`copy`).
     A delta file becomes a standalone file."""
-    view, owned = _open(src, verify=True)
+    view, owned, checked = _open(src)
     try:
         with Writer(dst, compression=compression, compression_level=compression_level,
                     metadata=view.metadata, **writer_options) as w:
             w.system_metadata.update(carried_system_metadata(view))
-            copy(view, w, compression=compression)
+            copy(view, w, compression=compression, reads_checked=checked)
     finally:
         if owned:
             view.close()

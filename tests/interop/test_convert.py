@@ -189,3 +189,76 @@ def test_a_delta_tensor_converts_to_zstd_by_default(tmp_path):
         # "same" (0..299, int32) compresses well, so it stays zstd; raw "new" stays raw.
         assert ck.info("same").compression == "zstd" and ck.info("new").compression is None
         assert ck.format_version[:2] < (1, 2)
+
+
+# -- a conversion never turns unchecked bytes into a file with fresh checksums ------------------------
+
+
+def _damaged(folder, monkeypatch, big: bool):
+    """d.lzy holding raw "t" with one byte flipped, and "ok"; ``big`` makes
+    "t" go through copy's block path."""
+    if big:
+        monkeypatch.setattr(convert, "COPY_BLOCK_BYTES", 4096)
+    t = np.arange(64 * 256, dtype=np.float32).reshape(64, 256)  # 64 KiB, raw
+    ls.save({"ok": np.ones(8, np.int64), "t": t}, folder / "d.lzy")
+    with ls.open(folder / "d.lzy") as ck:
+        offset = ck.info("t").offset + 40_000
+    with open(folder / "d.lzy", "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x01]))
+
+
+DAMAGED_CONVERSIONS = {
+    "to_lazystore": lambda src, dst: convert.to_lazystore(src, dst),
+    "to_lazystore-zstd": lambda src, dst: convert.to_lazystore(src, dst, compression="zstd"),
+    "to_safetensors": lambda src, dst: convert.to_safetensors(src, dst),
+    # A view the caller opened without verify=True: its reads check nothing.
+    "to_lazystore-open-view": lambda src, dst: convert.to_lazystore(ls.open(src), dst),
+    "to_safetensors-open-view": lambda src, dst: convert.to_safetensors(ls.open(src), dst),
+    "copy-open-view": lambda src, dst: _copy_into(ls.open(src), dst),
+}
+
+
+def _copy_into(view, dst):
+    with view, ls.Writer(dst) as w:
+        convert.copy(view, w)
+
+
+@pytest.mark.parametrize("big", [False, True], ids=["whole", "blocks"])
+@pytest.mark.parametrize("how", DAMAGED_CONVERSIONS)
+def test_converting_a_damaged_file_raises_and_writes_nothing(tmp_path, monkeypatch, how, big):
+    _damaged(tmp_path, monkeypatch, big)
+    with pytest.raises(ls.ChecksumError, match="'t'"):
+        DAMAGED_CONVERSIONS[how](tmp_path / "d.lzy", tmp_path / "out.lzy")
+    assert sorted(os.listdir(tmp_path)) == ["d.lzy"]  # no output, no temporary file
+
+
+@pytest.mark.parametrize("command", ["convert", "merge"])
+def test_cli_refuses_to_copy_a_damaged_file(tmp_path, monkeypatch, capsys, command):
+    _damaged(tmp_path, monkeypatch, big=True)
+    src, dst = tmp_path / "d.lzy", tmp_path / "out.lzy"
+    argv = [command, src, dst] if command == "convert" else [command, dst, src]
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and "checksum mismatch in tensor 't'" in err and str(src) in err
+    assert sorted(os.listdir(tmp_path)) == ["d.lzy"]
+
+
+def test_a_damaged_base_stops_the_conversion_of_its_delta_file(tmp_path):
+    _delta_file(tmp_path)
+    convert.to_lazystore(tmp_path / "base.lzy", tmp_path / "raw-base.lzy", compression="none")
+    later = ls.load(tmp_path / "d.lzy")
+    ls.save(later, tmp_path / "d2.lzy", base=tmp_path / "raw-base.lzy")  # delta against a raw base
+    with ls.open(tmp_path / "raw-base.lzy") as ck:
+        offset = ck.info("w").offset + 5
+    with open(tmp_path / "raw-base.lzy", "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x01]))
+    for attempt in (lambda: convert.to_lazystore(tmp_path / "d2.lzy", tmp_path / "out.lzy"),
+                    lambda: convert.to_lazystore(ls.open(tmp_path / "d2.lzy"), tmp_path / "out.lzy")):
+        with pytest.raises(ls.ChecksumError):
+            attempt()
+        assert not (tmp_path / "out.lzy").exists()
