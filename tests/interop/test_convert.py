@@ -15,6 +15,7 @@ import lazystore as ls
 from lazystore import cli
 from lazystore._native.base_ref import BASE_KEY
 from lazystore.interop import convert
+from tests.cli.helpers import flip_byte
 
 torch = pytest.importorskip("torch")
 
@@ -202,12 +203,7 @@ def _damaged(folder, monkeypatch, big: bool):
     t = np.arange(64 * 256, dtype=np.float32).reshape(64, 256)  # 64 KiB, raw
     ls.save({"ok": np.ones(8, np.int64), "t": t}, folder / "d.lzy")
     with ls.open(folder / "d.lzy") as ck:
-        offset = ck.info("t").offset + 40_000
-    with open(folder / "d.lzy", "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte[0] ^ 0x01]))
+        flip_byte(folder / "d.lzy", ck.info("t").offset + 40_000)
 
 
 DAMAGED_CONVERSIONS = {
@@ -251,12 +247,7 @@ def test_a_damaged_base_stops_the_conversion_of_its_delta_file(tmp_path):
     later = ls.load(tmp_path / "d.lzy")
     ls.save(later, tmp_path / "d2.lzy", base=tmp_path / "raw-base.lzy")  # delta against a raw base
     with ls.open(tmp_path / "raw-base.lzy") as ck:
-        offset = ck.info("w").offset + 5
-    with open(tmp_path / "raw-base.lzy", "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte[0] ^ 0x01]))
+        flip_byte(tmp_path / "raw-base.lzy", ck.info("w").offset + 5)
     for attempt in (lambda: convert.to_lazystore(tmp_path / "d2.lzy", tmp_path / "out.lzy"),
                     lambda: convert.to_lazystore(ls.open(tmp_path / "d2.lzy"), tmp_path / "out.lzy")):
         with pytest.raises(ls.ChecksumError):
