@@ -7,7 +7,8 @@
 - :mod:`~lazystore.interop.sharded`: folders of shards (lazystore's and
   Hugging Face's): opened as one view, written by :class:`ShardedWriter`.
 - :mod:`~lazystore.interop.archives`: torch zips and ``.npz`` read (never
-  unpickled) for conversion.
+  unpickled) for conversion; :mod:`~lazystore.interop.npz` streams each
+  ``.npz`` member once.
 - :mod:`~lazystore.interop.convert`: the converters, re-exported here:
   ``from lazystore.interop import from_torch, to_safetensors``.
 """

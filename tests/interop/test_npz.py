@@ -147,12 +147,14 @@ def test_a_member_shorter_than_claimed_is_refused_on_read(tmp_path):
     assert not (tmp_path / "out.lzy").exists()
 
 
-def test_a_damaged_member_is_a_format_error_naming_it(tmp_path):
+@pytest.mark.parametrize("deflated", [True, False])
+def test_a_damaged_member_is_a_format_error_naming_it(tmp_path, monkeypatch, deflated):
+    monkeypatch.setattr(convert, "COPY_BLOCK_BYTES", 4096)  # the damage is found only at the member's end
     path = tmp_path / "bad.npz"
     rng = np.random.default_rng(0)
-    np.savez_compressed(path, w=rng.integers(0, 4, 50_000).astype(np.float32))
+    (np.savez_compressed if deflated else np.savez)(path, w=rng.integers(0, 4, 50_000).astype(np.float32))
     data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x55  # inside the deflated stream
+    data[len(data) // 2] ^= 0x55  # inside the member's bytes: a broken stream, or only its CRC-32 tells
     path.write_bytes(bytes(data))
     with pytest.raises(ls.FormatError, match="'w'"):
         convert.from_npz(path, tmp_path / "out.lzy")
