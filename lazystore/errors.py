@@ -25,11 +25,11 @@ class UnsupportedVersionError(FormatError):
 class ChecksumError(FormatError):
     """Stored bytes do not match the checksum recorded for them."""
 
-    def __init__(self, what: str, expected: int, actual: int):
-        super().__init__(
-            f"checksum mismatch in {what}: stored xxh3-64 {expected:016x}, "
-            f"computed {actual:016x}"
-        )
+    def __init__(self, what: str, expected: int | None = None, actual: int | None = None):
+        # Without digests (``verify()`` names a damaged tensor, not its
+        # digests), ``what`` is the whole message.
+        super().__init__(what if expected is None else
+                         f"checksum mismatch in {what}: stored xxh3-64 {expected:016x}, computed {actual:016x}")
         self.what = what
         self.expected = expected
         self.actual = actual

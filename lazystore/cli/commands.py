@@ -30,7 +30,7 @@ from lazystore.cli.text import (
     print_table,
     ratio,
 )
-from lazystore.interop import copy
+from lazystore.interop import carried_system_metadata, copy
 
 # The nested-state marker has no public name: TREE_KEY in system_metadata is
 # how ls.load itself tells training state from a flat checkpoint.
@@ -160,11 +160,12 @@ def _copy(sources: Mapping[str, tuple[str, ls.CheckpointView]], out, compression
     """Stream tensors (name -> (path, view)) into ``out`` through
     :func:`lazystore.interop.copy`, with a progress bar by decoded bytes.
     ``compression`` is ``--compression``: "zstd", "none", or None to keep
-    each tensor's own codec, as copy takes it."""
+    each tensor's own codec, as copy takes it. Every input was opened with
+    ``verify=True`` (:func:`open_input`), so its reads check what they copy."""
     tensors = Tensors(sources)
     sizes = {name: tensors.info(name).nbytes for name in tensors}
     names = progress(tensors, desc=desc, total=sum(sizes.values()), weight=sizes.__getitem__)
-    copy(tensors, out, compression=compression, names=names)
+    copy(tensors, out, compression=compression, names=names, reads_checked=True)
 
 
 def _stored_size(path) -> str:
@@ -182,7 +183,7 @@ def cmd_convert(args) -> int:
     _check_level(args)
     with open_input(args.src, verify=True, stream=True) as ck:
         with about(args.src):
-            metadata, system_metadata = dict(ck.metadata), dict(ck.system_metadata)
+            metadata, system_metadata = dict(ck.metadata), carried_system_metadata(ck)
         with open_output(args.dst, metadata=metadata, system_metadata=system_metadata,
                          compression_level=args.level, max_shard_size=args.max_shard_size) as out, \
                 about(args.dst):
@@ -223,7 +224,7 @@ def cmd_merge(args) -> int:
                             continue
                     sources[name] = (path, ck)
         metadata = _merge_dicts([ck.metadata for _, ck in views], args.prefer)
-        system_metadata = _merge_dicts([ck.system_metadata for _, ck in views], args.prefer)
+        system_metadata = _merge_dicts([carried_system_metadata(ck) for _, ck in views], args.prefer)
         with open_output(args.out, metadata=metadata, system_metadata=system_metadata,
                          compression_level=args.level, max_shard_size=None) as out, about(args.out):
             _copy(sources, out, args.compression, "merge")

@@ -7,14 +7,23 @@
 - :mod:`~lazystore.interop.sharded`: folders of shards (lazystore's and
   Hugging Face's): opened as one view, written by :class:`ShardedWriter`.
 - :mod:`~lazystore.interop.archives`: torch zips and ``.npz`` read (never
-  unpickled) for conversion.
+  unpickled) for conversion; :mod:`~lazystore.interop.npz` streams each
+  ``.npz`` member once.
 - :mod:`~lazystore.interop.convert`: the converters, re-exported here:
   ``from lazystore.interop import from_torch, to_safetensors``.
 """
 
-from lazystore.interop.convert import copy, from_npz, from_safetensors, from_torch, to_lazystore, to_safetensors
+from lazystore.interop.convert import (
+    carried_system_metadata,
+    copy,
+    from_npz,
+    from_safetensors,
+    from_torch,
+    to_lazystore,
+    to_safetensors,
+)
 from lazystore.interop.safetensors import SafetensorsWriter
 from lazystore.interop.sharded_writer import ShardedWriter
 
-__all__ = ["SafetensorsWriter", "ShardedWriter", "copy", "from_npz", "from_safetensors", "from_torch",
-           "to_lazystore", "to_safetensors"]
+__all__ = ["SafetensorsWriter", "ShardedWriter", "carried_system_metadata", "copy", "from_npz", "from_safetensors",
+           "from_torch", "to_lazystore", "to_safetensors"]

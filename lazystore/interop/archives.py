@@ -8,8 +8,8 @@ They are read only to be converted. Nothing here ever unpickles:
   plain containers and refuses any other global, so a pickle that tries to
   run code fails (as FormatError) before anything runs. Legacy (pre-zip)
   torch pickles are refused: they cannot be memory-mapped.
-- ``.npz`` members are read with ``allow_pickle=False``; object arrays are
-  refused.
+- ``.npz`` members are read with ``allow_pickle=False`` semantics (object
+  arrays are refused), each streamed once (:mod:`lazystore.interop.npz`).
 
 :func:`open_archive` gives an :class:`ArraysView`, the same Mapping
 interface as a checkpoint view, so the command line converts, lists and
@@ -24,7 +24,7 @@ import numpy as np
 
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore.errors import FormatError
-from lazystore.interop import safetensors
+from lazystore.interop import npz, safetensors
 from lazystore.training import tree
 from lazystore.views.arrays import ArraysView
 from lazystore.views.base import TensorInfo
@@ -98,37 +98,12 @@ def open_torch(path) -> ArraysView:
 
 
 def open_npz(path) -> ArraysView:
-    """A view of an ``.npz``; members are read (never unpickled) when asked for."""
-    try:
-        npz = np.load(path, allow_pickle=False)
-    except (ValueError, zipfile.BadZipFile) as exc:
-        raise FormatError(f"{path}: not a readable .npz: {exc}") from None
-    if not isinstance(npz, np.lib.npyio.NpzFile):
-        raise FormatError(f"{path}: not an .npz archive")
-    infos = {}
-    try:
-        for key in npz.files:
-            with npz.zip.open(key + ".npy") as member:
-                version = np.lib.format.read_magic(member)
-                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-                shape, _, dtype = read(member)
-            if dtype.hasobject:
-                raise FormatError(f"{path}: array {key!r} holds Python objects (a pickle); lazystore never unpickles")
-            infos[key] = _info(key, dtype, shape)
-    except FormatError:
-        npz.close()
-        raise
-    except (ValueError, KeyError, OSError, zipfile.BadZipFile) as exc:
-        npz.close()
-        raise FormatError(f"{path}: corrupt .npz member: {exc}") from None
-
-    def get(name):
-        try:
-            return npz[name]
-        except (ValueError, OSError, zipfile.BadZipFile) as exc:
-            raise FormatError(f"{path}: cannot read {name!r}: {exc}") from None
-
-    return ArraysView(str(path), infos, get, fmt="npz", release=npz.close)
+    """A view of an ``.npz``; members are read (never unpickled) when asked
+    for, each streamed once, in order, by copy and diff (see
+    :mod:`lazystore.interop.npz`)."""
+    archive = npz.NpzArchive(path)
+    infos = {m.key: _info(m.key, m.dtype, m.shape) for m in archive.members.values()}
+    return ArraysView(str(path), infos, archive.whole, fmt="npz", release=archive.close, read_part=archive.part)
 
 
 def open_archive(path) -> ArraysView:

@@ -13,7 +13,10 @@ rows at a time (:func:`copy`), so memory stays bounded whatever the sizes:
   otherwise, and a pickle that tries to run code fails with FormatError.
 - :func:`from_npz`: an ``.npz`` -> lazystore, with ``allow_pickle=False``.
 
-Every output is written atomically, like any lazystore save.
+Every output is written atomically, like any lazystore save, and stands
+alone: a delta file's tensors are written whole (:func:`output_codec`) and
+its base reference is not carried over (:func:`carried_system_metadata`), so
+the output reads without the input's base.
 """
 
 from __future__ import annotations
@@ -22,15 +25,45 @@ from collections.abc import Iterable, Mapping
 
 from lazystore import api
 from lazystore._core.blocks import blocks
+from lazystore._native.base_ref import BASE_KEY
 from lazystore._native.writer import Writer
+from lazystore.errors import ChecksumError, VerificationUnavailableError
 from lazystore.interop import archives
 from lazystore.interop.safetensors import SafetensorsWriter
 
 # Tensors larger than this are copied a block at a time.
 COPY_BLOCK_BYTES = 16 << 20
 
+# Reserved members that say how the input is stored, not what it holds: a
+# copy stores its tensors its own way, so it never carries them.
+STORAGE_KEYS = frozenset({BASE_KEY})
 
-def copy(view, writer, *, compression=None, names: Iterable[str] | None = None) -> None:
+# What a tensor whose own codec means nothing outside its file is written
+# with when no compression is asked for: a delta tensor (codec 2) is only a
+# difference from its base, and zstd keeps the copy about as compact (the
+# writer still stores it raw when zstd would save less than 1%).
+STANDALONE_CODECS = {"delta": "zstd"}
+
+
+def carried_system_metadata(view) -> dict:
+    """The reserved metadata a copy of ``view`` carries: all of it (the
+    structure of nested training state, ...) but :data:`STORAGE_KEYS`. A
+    delta file's ``__lazystore_base__`` in particular: the copy holds every
+    tensor whole, and docs/format.md §9.3 allows the member only in a file
+    with delta tensors."""
+    return {k: v for k, v in view.system_metadata.items() if k not in STORAGE_KEYS}
+
+
+def output_codec(compression, info):
+    """The codec a copy writes tensor ``info`` with: ``compression`` when
+    given ("zstd", "none"), else the tensor's own, as a standalone file can
+    hold it (:data:`STANDALONE_CODECS`)."""
+    if compression is not None:
+        return compression
+    return STANDALONE_CODECS.get(info.compression, info.compression)
+
+
+def copy(view, writer, *, compression=None, names: Iterable[str] | None = None, reads_checked: bool = False) -> None:
     """Stream tensors of ``view`` into ``writer`` one at a time.
 
     A tensor larger than ``COPY_BLOCK_BYTES`` is read and written a block
@@ -39,16 +72,28 @@ def copy(view, writer, *, compression=None, names: Iterable[str] | None = None) 
     does not keep what it reads resident (open local files with
     ``mmap=False``, as the converters and the command line do).
 
-    ``compression`` None keeps each tensor's own codec; "zstd" or "none"
-    re-encodes every tensor (safetensors outputs ignore it). ``names`` picks
+    ``compression`` None keeps each tensor's own codec (a delta tensor's
+    becomes zstd: :func:`output_codec`); "zstd" or "none" re-encodes every
+    tensor (safetensors outputs ignore it). ``names`` picks
     the tensors and their order (default: all of ``view``'s, in its order).
     It is consumed one name per tensor, after the previous tensor is
     written, so an iterator that counts what it yields reports progress:
     the command line passes its progress bar. ``view`` needs ``info(name)``,
-    ``view[name]`` and ``get_slice(name)`` (and iteration, without ``names``)."""
+    ``view[name]`` and ``get_slice(name)`` (and iteration, without ``names``).
+
+    A copy never turns unchecked bytes into a file with fresh checksums.
+    ``reads_checked`` says that ``view``'s reads check every byte they
+    return (a view opened with ``verify=True``: raw chunks are then checked
+    on access, compressed ones always are); otherwise each tensor is
+    verified (``view.verify([name])``, which covers a delta tensor's bases
+    too) before it is read, and a damaged one raises ChecksumError naming
+    it. A view that records no checksums (a plain safetensors file, a torch
+    zip, an ``.npz``) has nothing to check against and is copied as read."""
     for name in view if names is None else names:
+        if not reads_checked:
+            _check(view, name)
         info = view.info(name)
-        codec = info.compression if compression is None else compression
+        codec = output_codec(compression, info)
         if info.nbytes <= COPY_BLOCK_BYTES:
             writer.add(name, view[name], compression=codec)
             continue
@@ -57,19 +102,35 @@ def copy(view, writer, *, compression=None, names: Iterable[str] | None = None) 
         writer.add_pieces(name, pieces, dtype=info.dtype, shape=info.shape, compression=codec)
 
 
-def _open(src, verify: bool):
+def _check(view, name: str) -> None:
+    """ChecksumError unless tensor ``name`` of ``view`` verifies (or ``view``
+    records no checksums: nothing to check it against)."""
+    try:
+        damaged = view.verify([name])
+    except VerificationUnavailableError:
+        return
+    if damaged:
+        raise ChecksumError(f"{view.name}: tensor {name!r} fails its checksum (verify()); not copied")
+
+
+def _open(src):
+    """``src``'s view, whether the converter owns it (opened it from a path
+    or URL), and whether its reads are checked: a view the caller opened
+    may not verify on access, so :func:`copy` verifies its tensors first."""
+    if hasattr(src, "info"):
+        return src, False, False
     # Unmapped: a converter reads each byte once, and a mapping would keep
     # every page it read resident, however large the checkpoint.
-    return (api.open(src, verify=verify, mmap=False), True) if not hasattr(src, "info") else (src, False)
+    return api.open(src, verify=True, mmap=False), True, True
 
 
 def to_safetensors(src, dst, *, storage_options: Mapping | None = None) -> None:
     """Write ``src`` (a path, URL or open view) as a safetensors file."""
-    view, owned = _open(src, verify=True)
+    view, owned, checked = _open(src)
     try:
         with SafetensorsWriter(dst, metadata=view.metadata, storage_options=storage_options) as w:
-            w.system_metadata.update(view.system_metadata)
-            copy(view, w)
+            w.system_metadata.update(carried_system_metadata(view))
+            copy(view, w, reads_checked=checked)
     finally:
         if owned:
             view.close()
@@ -77,13 +138,14 @@ def to_safetensors(src, dst, *, storage_options: Mapping | None = None) -> None:
 
 def to_lazystore(src, dst, *, compression=None, compression_level: int | None = None, **writer_options) -> None:
     """Write ``src`` (a path, URL or open view, any format) as a lazystore
-    file; ``compression`` None keeps each tensor's codec."""
-    view, owned = _open(src, verify=True)
+    file; ``compression`` None keeps each tensor's codec (see :func:`copy`).
+    A delta file becomes a standalone file."""
+    view, owned, checked = _open(src)
     try:
         with Writer(dst, compression=compression, compression_level=compression_level,
                     metadata=view.metadata, **writer_options) as w:
-            w.system_metadata.update(view.system_metadata)
-            copy(view, w, compression=compression)
+            w.system_metadata.update(carried_system_metadata(view))
+            copy(view, w, compression=compression, reads_checked=checked)
     finally:
         if owned:
             view.close()
@@ -108,4 +170,5 @@ def from_npz(path, dst, **options) -> None:
         to_lazystore(view, dst, **options)
 
 
-__all__ = ["copy", "from_npz", "from_safetensors", "from_torch", "to_lazystore", "to_safetensors"]
+__all__ = ["carried_system_metadata", "copy", "from_npz", "from_safetensors", "from_torch", "output_codec",
+           "to_lazystore", "to_safetensors"]

@@ -19,24 +19,28 @@ class ArraysView(ViewBase):
     """A checkpoint-like Mapping over tensors already at hand (torch tensors
     of a memory-mapped zip, or members of an npz read one at a time).
 
-    ``get(name)`` gives a tensor's array; ``release()``, when given, frees
-    what ``get`` reads from, once, when the view is closed. Such archives
+    ``get(name)`` gives a tensor's array; ``read_part(name, index, picks)``,
+    when given, gives ``get(name)[index]`` without reading the whole tensor
+    (``picks``: the elements ``index`` selects on each axis); ``release()``,
+    when given, frees what ``get`` reads from, once, when the view is closed. Such archives
     record no checksums, so :meth:`verify` is unavailable. The contract is
     :class:`ViewBase`'s.
     """
 
     def __init__(self, name: str, infos: dict[str, TensorInfo], get, *, fmt: str, system_metadata=None,
-                 release=None):
+                 release=None, read_part=None):
         self.name = name
         self._table = infos
         self._get = get
+        self._read_part = read_part or self._part_of_whole
         self._on_release = release
         self.format = fmt
         self._metadata: dict = {}
         self._system_metadata: dict = dict(system_metadata or {})
 
     def _selection(self, table: dict) -> ArraysView:
-        return ArraysView(self.name, table, self._get, fmt=self.format, system_metadata=self._system_metadata)
+        return ArraysView(self.name, table, self._get, fmt=self.format, system_metadata=self._system_metadata,
+                          read_part=self._read_part)
 
     def _release(self) -> None:
         if self._on_release is not None:
@@ -50,13 +54,13 @@ class ArraysView(ViewBase):
         return self._lookup(name)
 
     def get_slice(self, name: str) -> TensorSlice:
-        """A slice handle; an npz member is read whole to take the part (zip
-        members cannot be read from the middle), a torch tensor is a view of
-        the mapped zip."""
+        """A slice handle; a torch tensor is a view of the mapped zip, an npz
+        member is read from its start up to the part (zip members cannot be
+        read from the middle), continuing where the last part read stopped."""
         info = self._lookup(name)
         return TensorSlice(self, name, info.dtype, info.shape, partial(self._read_part, name))
 
-    def _read_part(self, name: str, index, _picks):
+    def _part_of_whole(self, name: str, index, _picks):
         return self._get(name)[index]
 
     def verify(self, keys=None) -> list[str]:

@@ -13,7 +13,9 @@ import pytest
 
 import lazystore as ls
 from lazystore import cli
+from lazystore._native.base_ref import BASE_KEY
 from lazystore.interop import convert
+from tests.cli.helpers import flip_byte
 
 torch = pytest.importorskip("torch")
 
@@ -127,3 +129,127 @@ def test_cli_converts_every_way(capsys, tmp_path):
     stnp.save_file({"w": tensors["w"]}, str(tmp_path / "plain.safetensors"))
     code, _, err = run(capsys, "verify", tmp_path / "plain.safetensors")
     assert code == 2 and "no lazystore checksums" in err and len(err.strip().splitlines()) == 1
+
+
+# -- delta files (format 1.2, docs/format.md §9.3) convert to standalone files ----------------------
+
+
+def _delta_file(folder):
+    """base.lzy and d.lzy, a delta file against it; the tensors d.lzy holds."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((128, 64)).astype(np.float32)
+    ls.save({"w": w, "same": np.arange(300, dtype=np.int32)}, folder / "base.lzy", compression="zstd",
+            metadata={"step": 1})
+    later = {"w": w.copy(), "same": np.arange(300, dtype=np.int32), "new": np.ones(5, np.float16)}
+    later["w"][:3] += np.float32(1e-3)
+    ls.save(later, folder / "d.lzy", base=folder / "base.lzy", metadata={"step": 2})
+    with ls.open(folder / "d.lzy") as ck:
+        assert ck.info("w").compression == "delta" and ck.info("same").compression == "delta"
+        assert ck.format_version[:2] == (1, 2)
+    return later
+
+
+CONVERSIONS = {
+    "to_lazystore": lambda src, dst: convert.to_lazystore(src, dst),
+    "to_lazystore-zstd": lambda src, dst: convert.to_lazystore(src, dst, compression="zstd"),
+    "to_safetensors": lambda src, dst: convert.to_safetensors(src, dst.with_suffix(".safetensors")),
+    "cli-convert": lambda src, dst: cli.main(["convert", str(src), str(dst)]),
+    "cli-convert-zstd": lambda src, dst: cli.main(["convert", str(src), str(dst), "--compression", "zstd"]),
+    "cli-convert-none": lambda src, dst: cli.main(["convert", str(src), str(dst), "--compression", "none"]),
+    "cli-convert-sharded": lambda src, dst: cli.main(["convert", str(src), str(dst), "--max-shard-size", "1MB"]),
+    "cli-merge": lambda src, dst: cli.main(["merge", str(dst), str(src)]),
+}
+
+
+@pytest.mark.parametrize("how", CONVERSIONS)
+def test_a_converted_delta_file_stands_alone(tmp_path, how):
+    src_dir, out_dir = tmp_path / "series", tmp_path / "elsewhere"
+    src_dir.mkdir(), out_dir.mkdir()
+    tensors = _delta_file(src_dir)
+    dst = out_dir / "out.lzy"
+    assert CONVERSIONS[how](src_dir / "d.lzy", dst) in (None, 0)
+    (src_dir / "base.lzy").unlink()  # the output must not need it
+    dst = dst if dst.exists() else dst.with_suffix(".safetensors")
+    with ls.open(dst, verify=True) as ck:
+        assert BASE_KEY not in ck.system_metadata  # §9.3: only a file with codec-2 tensors names a base
+        assert ck.metadata == {"step": 2}
+        codecs = {ck.info(n).compression for n in ck}
+        assert "delta" not in codecs and ck.verify() == []
+        if how.endswith("none"):
+            assert codecs == {None}
+        elif how.endswith("zstd"):
+            assert "zstd" in codecs
+    back = ls.load(dst)
+    assert set(back) == set(tensors) and all(same(back[k], tensors[k]) for k in tensors)
+
+
+def test_a_delta_tensor_converts_to_zstd_by_default(tmp_path):
+    _delta_file(tmp_path)
+    convert.to_lazystore(tmp_path / "d.lzy", tmp_path / "out.lzy")
+    with ls.open(tmp_path / "out.lzy") as ck:
+        # "same" (0..299, int32) compresses well, so it stays zstd; raw "new" stays raw.
+        assert ck.info("same").compression == "zstd" and ck.info("new").compression is None
+        assert ck.format_version[:2] < (1, 2)
+
+
+# -- a conversion never turns unchecked bytes into a file with fresh checksums ------------------------
+
+
+def _damaged(folder, monkeypatch, big: bool):
+    """d.lzy holding raw "t" with one byte flipped, and "ok"; ``big`` makes
+    "t" go through copy's block path."""
+    if big:
+        monkeypatch.setattr(convert, "COPY_BLOCK_BYTES", 4096)
+    t = np.arange(64 * 256, dtype=np.float32).reshape(64, 256)  # 64 KiB, raw
+    ls.save({"ok": np.ones(8, np.int64), "t": t}, folder / "d.lzy")
+    with ls.open(folder / "d.lzy") as ck:
+        flip_byte(folder / "d.lzy", ck.info("t").offset + 40_000)
+
+
+DAMAGED_CONVERSIONS = {
+    "to_lazystore": lambda src, dst: convert.to_lazystore(src, dst),
+    "to_lazystore-zstd": lambda src, dst: convert.to_lazystore(src, dst, compression="zstd"),
+    "to_safetensors": lambda src, dst: convert.to_safetensors(src, dst),
+    # A view the caller opened without verify=True: its reads check nothing.
+    "to_lazystore-open-view": lambda src, dst: convert.to_lazystore(ls.open(src), dst),
+    "to_safetensors-open-view": lambda src, dst: convert.to_safetensors(ls.open(src), dst),
+    "copy-open-view": lambda src, dst: _copy_into(ls.open(src), dst),
+}
+
+
+def _copy_into(view, dst):
+    with view, ls.Writer(dst) as w:
+        convert.copy(view, w)
+
+
+@pytest.mark.parametrize("big", [False, True], ids=["whole", "blocks"])
+@pytest.mark.parametrize("how", DAMAGED_CONVERSIONS)
+def test_converting_a_damaged_file_raises_and_writes_nothing(tmp_path, monkeypatch, how, big):
+    _damaged(tmp_path, monkeypatch, big)
+    with pytest.raises(ls.ChecksumError, match="'t'"):
+        DAMAGED_CONVERSIONS[how](tmp_path / "d.lzy", tmp_path / "out.lzy")
+    assert sorted(os.listdir(tmp_path)) == ["d.lzy"]  # no output, no temporary file
+
+
+@pytest.mark.parametrize("command", ["convert", "merge"])
+def test_cli_refuses_to_copy_a_damaged_file(tmp_path, monkeypatch, capsys, command):
+    _damaged(tmp_path, monkeypatch, big=True)
+    src, dst = tmp_path / "d.lzy", tmp_path / "out.lzy"
+    argv = [command, src, dst] if command == "convert" else [command, dst, src]
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and "checksum mismatch in tensor 't'" in err and str(src) in err
+    assert sorted(os.listdir(tmp_path)) == ["d.lzy"]
+
+
+def test_a_damaged_base_stops_the_conversion_of_its_delta_file(tmp_path):
+    _delta_file(tmp_path)
+    convert.to_lazystore(tmp_path / "base.lzy", tmp_path / "raw-base.lzy", compression="none")
+    later = ls.load(tmp_path / "d.lzy")
+    ls.save(later, tmp_path / "d2.lzy", base=tmp_path / "raw-base.lzy")  # delta against a raw base
+    with ls.open(tmp_path / "raw-base.lzy") as ck:
+        flip_byte(tmp_path / "raw-base.lzy", ck.info("w").offset + 5)
+    for attempt in (lambda: convert.to_lazystore(tmp_path / "d2.lzy", tmp_path / "out.lzy"),
+                    lambda: convert.to_lazystore(ls.open(tmp_path / "d2.lzy"), tmp_path / "out.lzy")):
+        with pytest.raises(ls.ChecksumError):
+            attempt()
+        assert not (tmp_path / "out.lzy").exists()
