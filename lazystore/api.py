@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import partial
 
-from lazystore._core import staging
+from lazystore._core import arguments, staging
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore._native.writer import Writer
 from lazystore.interop.detect import open_file
@@ -20,6 +20,9 @@ from lazystore.interop.sharded_writer import ShardedWriter
 from lazystore.sources import local_path
 from lazystore.training import background, tree
 from lazystore.views.checkpoint import CheckpointView
+
+# The Writer options save passes on as they are (the others are save's own).
+_WRITER_OPTIONS = ("alignment", "chunk_bytes")
 
 
 def open(path, *, verify: bool = False, storage_options: Mapping | None = None,  # noqa: A001 - ls.open reads as the built-in open does, on purpose
@@ -98,6 +101,7 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     save runs at a time: the next ``save`` waits for it, and raises its error
     if nobody has seen it. See docs/training.md, "Background saves".
     """
+    arguments.known_options(writer_options, _WRITER_OPTIONS)
     if max_shard_size is not None:
         from lazystore.errors import InvalidInputError
 
@@ -148,7 +152,9 @@ def load(path, keys=None, *, map_location=None, verify: bool = False, storage_op
     decoded.
 
     ``keys`` selects tensors by name (their joined paths): a glob pattern
-    (str) or an iterable of exact names. For nested state the result is the
+    (str) or an iterable of exact names; a glob that matches nothing raises
+    TensorNotFoundError, as an unknown name does (an empty list gives an
+    empty result). For nested state the result is the
     sub-tree holding just those tensors and the containers on their paths;
     scalars are left out, and lists and tuples keep the selected elements in
     order.

@@ -4,6 +4,13 @@
 sensitive on every platform, ``*`` crossing dots and slashes alike. The
 pattern is compiled once per call rather than looked up in fnmatch's cache
 for every name: a checkpoint may hold 100,000 names.
+
+A pattern that matches nothing raises TensorNotFoundError, as an unknown
+exact name does: a typo in ``keys="layer.*"`` (for "layers.*") must not load
+an empty dict that the caller then takes for a checkpoint with nothing in
+it. Every glob selection goes through :func:`matching` (``select``,
+``load(keys=)``, ``lazystore.torch.load_file(keys=)``, ``lazystore ls``).
+An empty list of names is not a pattern: it asks for nothing and gets it.
 """
 
 from __future__ import annotations
@@ -12,8 +19,14 @@ import fnmatch
 import re
 from collections.abc import Iterable
 
+from lazystore.errors import TensorNotFoundError
 
-def matching(names: Iterable[str], pattern: str) -> list[str]:
-    """The ``names`` the glob ``pattern`` matches, in their order."""
+
+def matching(names: Iterable[str], pattern: str, where: str = "the checkpoint") -> list[str]:
+    """The ``names`` the glob ``pattern`` matches, in their order; raises
+    TensorNotFoundError naming ``where`` when it matches none."""
     match = re.compile(fnmatch.translate(pattern)).match
-    return [n for n in names if match(n)]
+    found = [n for n in names if match(n)]
+    if not found:
+        raise TensorNotFoundError(f"no tensor matches the glob {pattern!r} in {where}")
+    return found

@@ -19,6 +19,7 @@ from functools import partial
 
 import numpy as np
 
+from lazystore._core import arguments
 from lazystore._core.batching import batch_by_bytes
 from lazystore._core.checksum import digest
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
@@ -73,12 +74,12 @@ class Writer(CloseOrAbort):
         storage_options: Mapping | None = None,
         base=None,
     ):
-        if alignment < 8 or alignment > (1 << 30) or alignment & (alignment - 1):
+        alignment = arguments.integer("alignment", alignment, 8, 1 << 30)
+        if alignment & (alignment - 1):
             raise InvalidInputError(f"alignment must be a power of two between 8 and 2**30, got {alignment}")
-        if not 16 <= chunk_bytes <= (1 << 31):
-            raise InvalidInputError(f"chunk_bytes must be between 16 and 2**31, got {chunk_bytes}")
+        chunk_bytes = arguments.integer("chunk_bytes", chunk_bytes, 16, 1 << 31)
         self.path = path
-        self.metadata = dict(metadata) if metadata is not None else {}
+        self.metadata = arguments.json_object("metadata", metadata)
         _check_user_metadata(self.metadata)
         _encode_metadata(self.metadata)  # fail now, not after writing gigabytes
         # lazystore's own entries (RESERVED_METADATA_PREFIX keys), set by

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 from collections.abc import Mapping
 
 import lazystore as ls
@@ -21,11 +20,11 @@ from lazystore.cli.inputs import Tensors, open_input
 from lazystore.cli.outputs import open_output
 from lazystore.cli.progress import progress
 from lazystore.cli.text import (
-    PROG,
     codec_name,
     dtype_name,
     format_shape,
     human_size,
+    one_value,
     plural,
     print_table,
     ratio,
@@ -84,7 +83,7 @@ def cmd_info(args) -> int:
     ]
     width = max(len(k) for k, _ in rows) + 1
     for key, value in rows:
-        print(f"{key + ':':<{width}} {value}")
+        print(f"{key + ':':<{width}} {one_value(value)}")
     if summary["metadata"]:
         print("metadata:")
         for line in json.dumps(summary["metadata"], indent=2, ensure_ascii=False).splitlines():
@@ -103,11 +102,11 @@ def _ratio_text(r: float | None, codecs: dict[str, int]) -> str:
 
 def cmd_ls(args) -> int:
     with open_input(args.path) as ck, about(args.path):
-        view = ck if args.glob is None else ck.select(args.glob)
+        try:
+            view = ck if args.glob is None else ck.select(args.glob)
+        except ls.TensorNotFoundError:  # a finding, not an error: exit code 1
+            raise CliError(f"no tensor matches {args.glob!r}", code=1) from None
         infos = [view.info(n) for n in view]
-    if args.glob is not None and not infos:
-        print(f"{PROG}: no tensor matches {args.glob!r}", file=sys.stderr)
-        return 1
     if args.json:
         print(json.dumps([
             {"name": i.name, "dtype": dtype_name(i.dtype), "shape": list(i.shape), "nbytes": i.nbytes,
@@ -138,11 +137,11 @@ def cmd_verify(args) -> int:
                               weight=lambda b: sum(sizes[n] for n in b)):
             bad += ck.verify(batch)
     for name in bad:
-        print(f"corrupt: {name}")
+        print(f"corrupt: {one_value(name)}")
     if bad:
-        print(f"{args.path}: {len(bad)} of {plural(len(names), 'tensor')} corrupt")
+        print(f"{one_value(args.path)}: {len(bad)} of {plural(len(names), 'tensor')} corrupt")
         return 1
-    print(f"{args.path}: OK, {plural(len(names), 'tensor')} intact")
+    print(f"{one_value(args.path)}: OK, {plural(len(names), 'tensor')} intact")
     return 0
 
 

@@ -18,7 +18,7 @@ from lazystore._core.blocks import blocks
 from lazystore.cli.errors import about
 from lazystore.cli.inputs import open_input
 from lazystore.cli.progress import progress
-from lazystore.cli.text import dtype_name, format_shape, plural, short_json
+from lazystore.cli.text import dtype_name, format_shape, one_value, plural, short_json
 
 # diff reads tensors in blocks of about this many bytes per file.
 DIFF_BLOCK_BYTES = 16 << 20
@@ -100,18 +100,18 @@ def _diff_dicts(label: str, a: Mapping, b: Mapping, lines: list[str]) -> int:
     before = len(lines)
     for key in a:
         if key not in b:
-            lines.append(f"- {label} {key}: {short_json(a[key])}")
+            lines.append(f"- {label} {one_value(key)}: {short_json(a[key])}")
     for key in b:
         if key not in a:
-            lines.append(f"+ {label} {key}: {short_json(b[key])}")
+            lines.append(f"+ {label} {one_value(key)}: {short_json(b[key])}")
     for key in a:
         if key in b and short_json(a[key], math.inf) != short_json(b[key], math.inf):
-            lines.append(f"~ {label} {key}: {short_json(a[key])} -> {short_json(b[key])}")
+            lines.append(f"~ {label} {one_value(key)}: {short_json(a[key])} -> {short_json(b[key])}")
     return len(lines) - before
 
 
 def _tensor_line(mark: str, info: ls.TensorInfo) -> str:
-    return f"{mark} {info.name}  {dtype_name(info.dtype)} {format_shape(info.shape)}"
+    return f"{mark} {one_value(info.name)}  {dtype_name(info.dtype)} {format_shape(info.shape)}"
 
 
 def cmd_diff(args) -> int:
@@ -131,7 +131,7 @@ def cmd_diff(args) -> int:
                 (common if (ia.dtype, ia.shape) == (ib.dtype, ib.shape) else retyped).append((ia, ib))
         lines += [_tensor_line("-", i) for i in removed]
         lines += [_tensor_line("+", i) for i in added]
-        lines += [f"~ {ia.name}  {dtype_name(ia.dtype)} {format_shape(ia.shape)} -> "
+        lines += [f"~ {one_value(ia.name)}  {dtype_name(ia.dtype)} {format_shape(ia.shape)} -> "
                   f"{dtype_name(ib.dtype)} {format_shape(ib.shape)}" for ia, ib in retyped]
         changed = 0
         for info, _ in progress(common, desc="diff", total=sum(i.nbytes for i, _ in common),
@@ -143,14 +143,14 @@ def cmd_diff(args) -> int:
             d = _compare_tensor(args.a, sa, args.b, sb, info)
             if d.differing:
                 changed += 1
-                lines.append(f"~ {info.name}  values: {d.describe(info.size)}")
+                lines.append(f"~ {one_value(info.name)}  values: {d.describe(info.size)}")
         meta = _diff_dicts("metadata", meta_a, meta_b, lines)
         meta += _diff_dicts("lazystore metadata", sys_a, sys_b, lines)
     if not lines:
         print(f"same: {plural(len(names_a), 'tensor')} with identical values, same metadata")
         return 0
-    print(f"--- {args.a}")
-    print(f"+++ {args.b}")
+    print(f"--- {one_value(args.a)}")
+    print(f"+++ {one_value(args.b)}")
     for line in lines:
         print(line)
     counts = [f"{len(removed)} removed", f"{len(added)} added", f"{len(retyped)} changed dtype or shape",

@@ -10,12 +10,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 
 import lazystore as ls
+from lazystore.sinks.partials import PARTIAL_NAME
+
+# The safetensors writer's spool, beside its target (interop/safetensors.py).
+_SPOOL_PREFIX = ".lazystore-spool-"
 
 
 class CliError(Exception):
-    """An expected failure: printed as one line, exit code 2."""
+    """An expected failure: printed as one line, with exit code ``code``
+    (2, an error; 1 for ``ls``'s "no tensor matches")."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
 
 
 def one_line(text: str) -> str:
@@ -23,9 +33,37 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def shown_file(filename, path):
+    """The file an error should name: ``filename`` (the one the OS call was
+    about), unless it is a writer's temporary file, which the user never
+    asked for and which is gone by the time they look: then the target the
+    temporary stands for (a partial file's name holds it), or ``path``."""
+    if filename is None:
+        return path
+    folder, name = os.path.split(os.fspath(filename))
+    partial = PARTIAL_NAME.fullmatch(name)
+    if partial:
+        return os.path.join(folder, partial["target"])
+    if name.startswith(_SPOOL_PREFIX):
+        return path if path is not None else folder
+    return filename
+
+
+def names(message: str, path) -> bool:
+    """Whether ``message`` already names ``path``, so that prefixing it would
+    name it twice: at its start, or (for a path that cannot be mistaken for
+    an ordinary word: one with a dot or a slash) anywhere as a whole."""
+    text = os.fspath(path)
+    if message.startswith(f"{text}:"):
+        return True
+    if not re.search(r"[./\\]", text):
+        return False  # "model" in "model weights" is a word, not the file
+    return re.search(rf"(?<![\w./-]){re.escape(text)}(?![\w/-]|\.\w)", message) is not None
+
+
 def os_error(exc: OSError, path) -> str:
     """The line for an OS error met while working on ``path`` (or None)."""
-    where = exc.filename if exc.filename is not None else path
+    where = shown_file(exc.filename, path)
     reason = exc.strerror or one_line(str(exc))
     if where is not None and reason in ("", os.fspath(where)):
         # Some filesystems (fsspec's HTTP, say) put only the path in the
@@ -47,6 +85,7 @@ def about(path):
     except CliError:
         raise  # already names its file (an inner about, or a refusal)
     except ls.LazyStoreError as exc:
-        raise CliError(f"{path}: {one_line(str(exc)) or type(exc).__name__}") from exc
+        message = one_line(str(exc)) or type(exc).__name__
+        raise CliError(message if names(message, path) else f"{path}: {message}") from exc
     except OSError as exc:
         raise CliError(os_error(exc, path)) from exc

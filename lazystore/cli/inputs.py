@@ -8,10 +8,12 @@ for ``convert`` and ``merge`` to copy, naming the right file in any error.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterator, Mapping
 
 import lazystore as ls
-from lazystore.cli.errors import about
+from lazystore.cli.errors import CliError, about
 
 # Archives are not re-exported by lazystore.interop: no public function tells
 # an archive from a checkpoint, or opens one as a view, yet.
@@ -32,10 +34,31 @@ def open_input(path, *, verify: bool = False, stream: bool = False) -> ls.Checkp
     ``stream=True``: a local file is read without a mapping, so the pages
     read do not stay resident and memory stays bounded for a checkpoint
     larger than memory."""
+    _refuse_streams(path)
     with about(path):
         if archives.archive_format(path) is not None:
             return archives.open_archive(path)
         return ls.open(path, verify=verify, mmap=not stream)
+
+
+# A checkpoint is read out of order (its index is at the end, tensors are
+# read by offset), so it must be a file that can be read anywhere: a pipe
+# can only be read once, front to back.
+_NOT_SEEKABLE = "a checkpoint is read out of order, so it must be a file; save the stream to a file first"
+
+
+def _refuse_streams(path) -> None:
+    """Refuse ``-`` and pipes, FIFOs, sockets and devices (``/dev/stdin``
+    when it is a pipe) with a line that says why, before the library meets
+    them ("Invalid argument" from mapping a pipe, or a hang on a FIFO)."""
+    if os.fspath(path) == "-":
+        raise CliError(f"-: reading standard input is not supported: {_NOT_SEEKABLE}")
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError, TypeError):
+        return  # a URL, a missing file: opening it says what is wrong
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise CliError(f"{path}: not a regular file (a pipe or a device): {_NOT_SEEKABLE}")
 
 
 class Tensors:

@@ -9,21 +9,34 @@ formats are chosen in one place, :mod:`lazystore.cli.outputs`.
 
 Exit codes: 0 success (``verify``: intact; ``diff``: same), 1 ``verify``:
 corrupt / ``diff``: different / ``ls``: no tensor matches the glob, 2 usage
-errors and unreadable input. Expected errors print one line on stderr, never
-a traceback.
+errors and unreadable input, 141 (128 + SIGPIPE) when the reader of standard
+output went away (``lazystore ls big.lzy | head``). Expected errors print one
+line on stderr, never a traceback.
+
+Everything written passes through :func:`~lazystore.cli.text.escape_controls`:
+standard output as a stream (:class:`_Escaped`), so no command can forget it,
+and the error line. Tensor names and metadata come from files someone else
+made, and an escape sequence in a name must not reach the terminal.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 
 import lazystore as ls
 from lazystore.cli.commands import cmd_convert, cmd_info, cmd_ls, cmd_merge, cmd_verify
 from lazystore.cli.diff import cmd_diff
 from lazystore.cli.errors import CliError, one_line, os_error
-from lazystore.cli.text import PROG, parse_size
+from lazystore.cli.text import PROG, escape_controls, parse_size
+
+# What a shell reports for a command killed by SIGPIPE, as `cat big | head -1`
+# does: the output was cut short, which is neither success nor any of our
+# failures. (Python ignores SIGPIPE, so a write raises BrokenPipeError instead.)
+BROKEN_PIPE_EXIT = 128 + signal.SIGPIPE
 
 
 def _size_arg(text: str) -> int:
@@ -47,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
         description="Inspect, check, convert, compare and merge lazystore checkpoints.",
-        epilog="Exit codes: 0 success; 1 corrupt (verify), different (diff), no match (ls); 2 errors. "
+        epilog="Exit codes: 0 success; 1 corrupt (verify), different (diff), no match (ls); 2 errors; "
+               "141 standard output closed early. "
                "See docs/cli.md.",
     )
     p.add_argument("--version", action="version",
@@ -129,15 +143,18 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, usage errors
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     try:
-        return args.func(args)
+        with contextlib.redirect_stdout(_Escaped(sys.stdout)):
+            code = args.func(args)
+            sys.stdout.flush()  # a closed pipe raises here, not at exit
+        return code
+    except BrokenPipeError:  # `lazystore ls x | head`: the reader has all it wanted
+        _silence_stdout()
+        return BROKEN_PIPE_EXIT
     except CliError as exc:
-        return _fail(str(exc))
+        return _fail(str(exc), exc.code)
     except ls.LazyStoreError as exc:
         return _fail(one_line(str(exc)) or type(exc).__name__)
     except OSError as exc:
-        if isinstance(exc, BrokenPipeError):  # `lazystore ls x | head`
-            _silence_stdout()
-            return 1
         return _fail(os_error(exc, None))
     except MemoryError:
         return _fail("out of memory")
@@ -146,8 +163,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fail(message: str, code: int = 2) -> int:
-    print(f"{PROG}: error: {one_line(message)}", file=sys.stderr)
+    label = "error: " if code == 2 else ""  # exit 1 reports a finding (no match), not an error
+    print(f"{PROG}: {label}{escape_controls(one_line(message))}", file=sys.stderr)
     return code
+
+
+class _Escaped:
+    """Standard output as the commands see it: every write escaped with
+    :func:`escape_controls`; everything else is the real stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(escape_controls(text))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 def _silence_stdout() -> None:

@@ -71,5 +71,24 @@ def open_output(dst, *, metadata: Mapping, system_metadata: Mapping,
     if opener is None:
         raise CliError(f"{dst}: writing {fmt} output is not supported yet; write a lazystore file (.lzy)")
     with about(dst):
-        return opener(dst, metadata=metadata, system_metadata=system_metadata,
-                      compression_level=compression_level, max_shard_size=max_shard_size)
+        writer = opener(dst, metadata=metadata, system_metadata=system_metadata,
+                        compression_level=compression_level, max_shard_size=max_shard_size)
+    return _Committing(writer, dst)
+
+
+class _Committing:
+    """A writer whose commit (or discard) at the end of the ``with`` block
+    names ``dst`` in its errors, as its opening does: the last buffered
+    write, the fsync and the rename happen there, and an OSError from
+    ``os.write`` carries no file name at all."""
+
+    def __init__(self, writer, dst):
+        self._writer = writer
+        self._dst = dst
+
+    def __enter__(self):
+        return self._writer.__enter__()
+
+    def __exit__(self, *exc_info):
+        with about(self._dst):
+            return self._writer.__exit__(*exc_info)

@@ -1,12 +1,14 @@
 """How the command line writes values for people, and reads sizes back.
 
 Sizes, shapes, dtype and codec names, counts, ratios, short JSON and aligned
-tables for standard output, plus :func:`parse_size` for ``--max-shard-size``.
-Pure functions of their arguments: nothing here opens a file.
+tables for standard output, plus :func:`parse_size` for ``--max-shard-size``,
+and :func:`escape_controls`, which everything the command writes passes
+through. Pure functions of their arguments: nothing here opens a file.
 """
 
 from __future__ import annotations
 
+import decimal
 import json
 import re
 
@@ -59,6 +61,40 @@ def ratio(nbytes: int, stored_nbytes: int) -> float | None:
     return nbytes / stored_nbytes if stored_nbytes else None
 
 
+def _escape(char: str) -> str:
+    # JSON's escape (UTF-16 pairs beyond the BMP): it reads the same to a
+    # person, and keeps --json output valid JSON with the same strings.
+    code = ord(char)
+    if code > 0xFFFF:
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def escape_controls(text: str, *, keep_newlines: bool = True) -> str:
+    """``text`` with every character a terminal could act on, or that hides
+    what is around it, written as a ``\\uXXXX`` escape instead: control
+    characters (ESC, BEL, C1's CSI...), bidirectional overrides, zero-width
+    and other invisible ones (what ``str.isprintable`` refuses).
+
+    Newlines stay unless ``keep_newlines=False``: standard output passes
+    through this whole (they separate its lines there), and a value that
+    must stay on its line (a name in a table, after "corrupt:") is escaped
+    with :func:`one_value` first."""
+    if text.isprintable():
+        return text  # nearly always: one C-level scan
+    if not keep_newlines:
+        return "".join(c if c.isprintable() else _escape(c) for c in text)
+    return "\n".join(escape_controls(line, keep_newlines=False) for line in text.split("\n"))
+
+
+def one_value(text) -> str:
+    """A name or path from a file or the command line, for one line of
+    output: every control character escaped, newlines included, so that a
+    name cannot start a line of its own ("x.lzy: OK")."""
+    return escape_controls(str(text), keep_newlines=False)
+
+
 _SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
 # KB, MB, ... are decimal, as Hugging Face and disk vendors count; KiB, MiB, ... binary.
 _SIZE_UNITS = {"": 1, "b": 1,
@@ -74,11 +110,24 @@ def parse_size(text: str) -> int:
     m = _SIZE.fullmatch(text)
     unit = m.group(2).lower() if m else None
     if unit not in _SIZE_UNITS:
-        raise ValueError(f"invalid size {text!r}: use bytes or a unit such as 500MB, 2GiB")
-    n = int(float(m.group(1)) * _SIZE_UNITS[unit])
+        raise ValueError(f"invalid size {_shown(text)}: use bytes or a unit such as 500MB, 2GiB")
+    # Decimal, not float: exact for "1.1GB", and no overflow to infinity
+    # (int(inf) raised OverflowError, a traceback) for a 400-digit number.
+    n = int(decimal.Decimal(m.group(1)) * _SIZE_UNITS[unit])
     if n <= 0:
-        raise ValueError(f"invalid size {text!r}: must be positive")
+        raise ValueError(f"invalid size {_shown(text)}: must be positive")
+    if n > MAX_SIZE:
+        raise ValueError(f"invalid size {_shown(text)}: more than 2**63 - 1 bytes, larger than any file")
     return n
+
+
+# Sizes are file offsets: no file is larger.
+MAX_SIZE = 2**63 - 1
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """``text`` for an error line: a 400-digit argument is cut, not echoed whole."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
 
 
 def short_json(value, limit: int = 60) -> str:
@@ -91,6 +140,7 @@ def short_json(value, limit: int = 60) -> str:
 def print_table(rows: list[tuple[str, ...]], right: set[int]) -> None:
     """Print ``rows`` in columns two spaces apart; the columns numbered in
     ``right`` are right-aligned (numbers), the others left-aligned."""
+    rows = [tuple(one_value(c) for c in row) for row in rows]  # measured as they will print
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]

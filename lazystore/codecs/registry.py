@@ -5,14 +5,18 @@ from __future__ import annotations
 from lazystore.codecs.base import Codec
 from lazystore.codecs.delta import DeltaPlanes
 from lazystore.codecs.raw import RAW
-from lazystore.codecs.zstd import ZstdPlanes
+from lazystore.codecs.zstd import ZstdPlanes, check_level
 from lazystore.errors import InvalidInputError
 
 CODECS_BY_ID: dict[int, Codec] = {RAW.id: RAW, ZstdPlanes.id: ZstdPlanes(), DeltaPlanes.id: DeltaPlanes()}
 
 
 def codec_for(compression, level: int | None = None) -> Codec:
-    """The codec for a ``compression=`` argument: None, "zstd", or a Codec."""
+    """The codec for a ``compression=`` argument: None, "zstd", or a Codec.
+
+    ``level`` is checked whatever the compression: a writer's per-tensor
+    ``compression="zstd"`` would use it later, after bytes were written."""
+    check_level(level)
     if compression is None or compression == "none":
         return RAW
     if isinstance(compression, Codec):

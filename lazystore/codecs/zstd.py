@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import zstandard
 
+from lazystore._core.arguments import integer
 from lazystore._core.short_reads import need
 from lazystore.codecs.base import Codec
 from lazystore.codecs.unshuffle import unshuffle_into
@@ -48,6 +49,15 @@ FLOAT_PLANE_PARAMS = dict(
     search_log=1, min_match=7, target_length=0,
 )
 DEFAULT_LEVEL = 1
+# The levels zstd has: its negative "fast" levels (ZSTD_minCLevel) to 22.
+MIN_LEVEL, MAX_LEVEL = -(1 << 17), zstandard.MAX_COMPRESSION_LEVEL
+
+
+def check_level(level) -> int | None:
+    """A ``compression_level`` argument, checked: None (tuned per dtype) or
+    one of zstd's levels. zstandard would refuse 40 itself, but only when the
+    first chunk is compressed, with a bare ValueError."""
+    return None if level is None else integer("compression_level", level, MIN_LEVEL, MAX_LEVEL)
 
 
 def _compressor(setting) -> zstandard.ZstdCompressor:
@@ -71,6 +81,9 @@ class ZstdPlanes(Codec):
 
     id = 1
     name = "zstd"
+
+    def __post_init__(self):
+        check_level(self.level)
 
     def planes_for(self, itemsize: int) -> int:
         return itemsize

@@ -41,7 +41,9 @@ def sniff(source) -> tuple[str, object]:
         return "lazystore", lambda src: read_index(src, (tail_start, tail))
     if safetensors.looks_like(head):
         return "safetensors", safetensors.read_index
-    raise FormatError(f"not a lazystore or safetensors file ({source.size} bytes, starting {head[:8]!r})")
+    # The message never quotes the bytes: the file may be anything (a key, a
+    # password file given by mistake), and the error may reach a log.
+    raise FormatError(f"{source.name}: not a lazystore or safetensors file ({source.size} bytes, unknown magic)")
 
 
 def open_file(path, *, verify: bool = False, storage_options=None, mmap: bool = True) -> CheckpointView:

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from lazystore._core import strict_json
+from lazystore._core import arguments, strict_json
 from lazystore._core.checksum import hasher as new_hasher
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
 from lazystore._core.dtypes import BY_SAFETENSORS, from_safetensors_shape, spec_for, to_safetensors_shape
@@ -274,7 +274,7 @@ class SafetensorsWriter(CloseOrAbort):
 
     def __init__(self, path, *, metadata: Mapping | None = None, storage_options: Mapping | None = None,
                  **_ignored):
-        self.metadata = dict(metadata or {})
+        self.metadata = arguments.json_object("metadata", metadata)
         for key in self.metadata:
             if not isinstance(key, str):
                 raise InvalidInputError(f"metadata keys must be str, got {key!r}")

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lazystore._core import arguments
 from lazystore._native.writer import Writer
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.interop.sharded import INDEX_FORMAT, INDEX_NAME, INDEX_VERSION, SHARD_KEY, read_index_json
@@ -66,15 +67,16 @@ class ShardedWriter(CloseOrAbort):
 
     def __init__(self, folder, *, max_shard_size: int | None = None, metadata: Mapping | None = None,
                  **writer_options):
-        if max_shard_size is not None and max_shard_size <= 0:
-            raise InvalidInputError(f"max_shard_size must be positive, got {max_shard_size}")
+        if max_shard_size is not None:
+            max_shard_size = arguments.integer("max_shard_size", max_shard_size, 1)
+        metadata = arguments.json_object("metadata", metadata)
         self.folder = Path(folder)
         if self.folder.exists() and not self.folder.is_dir():
             raise InvalidInputError(f"{folder}: sharded output needs a folder, and this is a file")
         self.folder.mkdir(parents=True, exist_ok=True)
         # What killed saves left goes now, whether or not this save completes.
         remove_unreferenced(self.folder)
-        self.metadata = dict(metadata or {})
+        self.metadata = metadata
         self.system_metadata: dict = {}
         self.path = self.folder
         self._max = max_shard_size

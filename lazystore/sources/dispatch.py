@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 
+from lazystore.errors import InvalidInputError
 from lazystore.sources.base import ByteSource
 from lazystore.sources.local import LocalFile
 
@@ -23,7 +24,11 @@ def local_path(path):
     """The local path of ``path`` if it names a local file (a path, or a
     ``file://`` URL), else None."""
     if not is_url(path):
-        return os.fspath(path)
+        try:
+            return os.fspath(path)
+        except TypeError:  # a caller's bad argument, not a missing file
+            raise InvalidInputError(f"expected a path (str or os.PathLike) or a URL, got "
+                                    f"{type(path).__name__} {path!r}") from None
     if path.startswith("file://"):
         rest = path[len("file://"):]
         return rest[len("localhost"):] if rest.startswith("localhost/") else rest

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from lazystore._core import staging, torch_arrays
+from lazystore._core import arguments, staging, torch_arrays
 from lazystore._core.batching import batch_by_bytes
 from lazystore._native.writer import Writer
 from lazystore.api import open as open_checkpoint
@@ -61,7 +61,8 @@ def load_file(filename, device="cpu", keys=None, *, backend: str = "mmap") -> di
     for a CUDA index, "meta", a torch.device).
 
     ``keys`` selects tensors: a glob pattern (str) or a list of names; only
-    their bytes are read. On the CPU, raw tensors of a local file are
+    their bytes are read. A glob that matches nothing raises
+    TensorNotFoundError, as an unknown name does; ``[]`` gives ``{}``. On the CPU, raw tensors of a local file are
     zero-copy, writable, copy-on-write views of it: writing to one never
     changes the file. Names saved as one tensor come back as one tensor
     object.
@@ -105,9 +106,7 @@ def checked(tensors) -> dict[str, str]:
 
 def write(tensors: Mapping, filename, metadata, aliases: Mapping[str, str], options: dict) -> None:
     """Write checked ``tensors``, each alias as a record, not as data."""
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise InvalidInputError(f"unknown option(s) {', '.join(unknown)}; lazystore's are {', '.join(OPTIONS)}")
+    arguments.known_options(options, OPTIONS)
     if isinstance(filename, (str, os.PathLike)) and os.path.isdir(filename):
         raise InvalidInputError(f"{os.fspath(filename)!r} is a folder: save_file writes one file")
     with Writer(filename, metadata=metadata, **options) as w:

@@ -190,7 +190,7 @@ class ViewBase(abc.ABC, Mapping):
         """Names from a glob pattern (str) or an iterable of names (each must exist)."""
         self._check_open()
         if isinstance(keys_or_glob, str):
-            return globs.matching(self._table, keys_or_glob)
+            return globs.matching(self._table, keys_or_glob, self.name)
         if not isinstance(keys_or_glob, Iterable):
             raise InvalidInputError(f"expected a glob pattern or an iterable of names, got {keys_or_glob!r}")
         names = list(keys_or_glob)
@@ -213,6 +213,8 @@ class ViewBase(abc.ABC, Mapping):
 
     def select(self, keys_or_glob) -> ViewBase:
         """A view of some tensors: a glob pattern (str) or an iterable of names.
+        A glob that matches nothing and an unknown name raise
+        TensorNotFoundError; an empty list gives an empty view.
 
         The selection shares this view's resources without owning them:
         closing this view closes the selection too; closing the selection

@@ -3,11 +3,13 @@ and --max-shard-size sizes read back."""
 
 from __future__ import annotations
 
+import json
+
 import ml_dtypes
 import numpy as np
 import pytest
 
-from lazystore.cli.text import dtype_name, format_shape, human_size, parse_size
+from lazystore.cli.text import dtype_name, escape_controls, format_shape, human_size, parse_size
 
 
 def test_human_size():
@@ -36,3 +38,37 @@ def test_parse_size(text, n):
 def test_parse_size_rejects(text):
     with pytest.raises(ValueError):
         parse_size(text)
+
+
+@pytest.mark.parametrize("digits", [20, 400])
+def test_parse_size_refuses_sizes_larger_than_any_file(digits):
+    with pytest.raises(ValueError, match="larger than any file"):
+        parse_size("9" * digits)
+    assert parse_size("1.1GB") == 1_100_000_000  # exact: no float rounding
+    assert parse_size(str(2**63 - 1)) == 2**63 - 1
+
+
+HOSTILE = {
+    "ansi colour": "a\x1b[31mred",
+    "title (OSC, BEL)": "k\x1b]0;owned\x07",
+    "C1 CSI": "c\x9b2J",
+    "DEL": "d\x7f",
+    "bidi override": "evil\u202etxt.exe",
+    "zero width": "a\u200bb",
+    "tag character": "t\U000e0041",
+    "carriage return": "over\rwrite",
+    "tab": "a\tb",
+}
+
+
+@pytest.mark.parametrize("text", HOSTILE.values(), ids=HOSTILE)
+def test_escape_controls_leaves_only_printable_text(text):
+    escaped = escape_controls(text)
+    assert escaped.isprintable() and escaped != text
+    assert json.loads(f'"{escaped}"') == text  # the escapes are JSON's: nothing is lost
+    assert escape_controls(escaped) == escaped
+
+
+def test_escape_controls_keeps_readable_text_and_newlines():
+    text = "layers.0/weight é 中文 ok\nsecond line"
+    assert escape_controls(text) == text
