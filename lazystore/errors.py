@@ -100,3 +100,15 @@ class CheckpointNotFoundError(LazyStoreError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
+
+
+class FolderLockedError(LazyStoreError, BlockingIOError):
+    """A CheckpointManager's save into a folder another manager is saving
+    into (it holds the folder's lock file): one saver per folder. Raised at
+    once, never waited for."""
+
+
+class ShutdownError(LazyStoreError, RuntimeError):
+    """A background save asked for while the interpreter shuts down (from
+    an ``atexit`` handler, say), when no thread can be started to run it:
+    save with ``blocking=True`` there, or close the manager before exit."""
