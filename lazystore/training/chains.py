@@ -44,7 +44,7 @@ from pathlib import Path
 
 from lazystore import api
 from lazystore._native.base_ref import BASE_KEY
-from lazystore.training.damage import READ_ERRORS, describe
+from lazystore.training.damage import READ_ERRORS, describe, usable_base
 
 # Deltas per restore at most, by default (a restore reads one file more):
 # see the module docstring and docs/training.md for the measured trade.
@@ -152,7 +152,7 @@ def choose_base(mgr, step: int) -> Path | None:
     alike = series.children(base, after=True) or [s for s in period if series.depth(s) == level + 1]
     if alike and keyframe_pays([*sizes.values(), sizes[alike[-1]]]):
         return None
-    return mgr.path(base) if mgr._sound(base) else None
+    return mgr.path(base) if usable_base(mgr, base) else None
 
 
 def keyframe_pays(sizes: list[int]) -> bool:

@@ -93,6 +93,31 @@ def check(path: Path) -> str | None:
     return None
 
 
+def usable_base(mgr, step: int) -> bool:
+    """May checkpoint ``step`` of manager ``mgr`` be a base? Checks every
+    byte of it and of its chain; one that fails is noted damaged, and so is
+    each file of its chain that fails on its own (the warning then names
+    the culprit, not only what depends on it)."""
+    reason = check(mgr.path(step))
+    if reason is None:
+        return True
+    mgr._note_damage(step, reason)
+    names = {mgr.path(s).name: s for s in mgr.steps()}
+    seen, s = {step}, step
+    while True:
+        try:
+            s = names.get(mgr._base_name(s))
+        except READ_ERRORS:
+            break
+        if s is None or s in seen:
+            break
+        seen.add(s)
+        below = check(mgr.path(s))
+        if below is not None:
+            mgr._note_damage(s, below)
+    return False
+
+
 class DamageLog:
     """The checkpoints a manager knows to be damaged, each with why; warns
     once per damaged file. A file that changes (saved again, repaired,

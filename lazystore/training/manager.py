@@ -346,30 +346,6 @@ class CheckpointManager:
     def _known_damaged(self, steps) -> dict[int, str]:
         return self._damage.known(steps, self.path)
 
-    def _sound(self, step: int) -> bool:
-        """May checkpoint ``step`` be a base? Checks every byte of it and of
-        its chain; one that fails is noted damaged (and so is each file of
-        its chain that fails on its own: the warning names the culprit)."""
-        reason = damage.check(self.path(step))
-        if reason is None:
-            return True
-        self._note_damage(step, reason)
-        names = {self.path(s).name: s for s in self.steps()}
-        seen = {step}
-        s = step
-        while True:
-            try:
-                s = names.get(self._base_name(s))
-            except damage.READ_ERRORS:
-                break
-            if s is None or s in seen:
-                break
-            seen.add(s)
-            below = damage.check(self.path(s))
-            if below is not None:
-                self._note_damage(s, below)
-        return False
-
     def _base_name(self, step: int) -> str | None:
         """The file name of checkpoint ``step``'s base (None: a keyframe)."""
         path = self.path(step)
