@@ -107,3 +107,15 @@ class RangeNotSupportedError(RemoteError):
     HTTP ``Range`` (``python -m http.server`` does), and lazystore reads
     checkpoints by byte ranges. Raised at the first such answer, whose
     transfer is stopped; never retried. docs/remote.md lists servers that work."""
+
+
+class FolderLockedError(LazyStoreError, BlockingIOError):
+    """A CheckpointManager's save into a folder another manager is saving
+    into (it holds the folder's lock file): one saver per folder. Raised at
+    once, never waited for."""
+
+
+class ShutdownError(LazyStoreError, RuntimeError):
+    """A background save asked for while the interpreter shuts down (from
+    an ``atexit`` handler, say), when no thread can be started to run it:
+    save with ``blocking=True`` there, or close the manager before exit."""

@@ -26,6 +26,7 @@ saves finish in the order they were made.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -38,6 +39,7 @@ import numpy as np
 
 from lazystore._core import torch_arrays
 from lazystore._core.dtypes import spec_for
+from lazystore.errors import ShutdownError
 from lazystore.training import tree
 from lazystore.views.base import ViewBase
 
@@ -209,13 +211,20 @@ class BackgroundSaver:
     writer; ``finish(writer, prepared)`` writes the state into it, closes it
     (commit: fsync and rename) and returns the result -- on the caller's
     thread when blocking, else on the worker, behind a :class:`SaveFuture`.
+
+    ``serial=True`` (a manager): a blocking save holds the saver until it
+    has finished too, so no two saves ever overlap, whatever threads make
+    them -- each save reads the folder the one before left. ``on_close``
+    runs at the end of :meth:`close`, still holding the saver.
     """
 
-    def __init__(self, *, keep_buffers: bool = True):
+    def __init__(self, *, keep_buffers: bool = True, serial: bool = False, on_close: Callable | None = None):
         self._lock = threading.Lock()  # one save call at a time gets past the waiting
         self._buffers = Buffers(keep_buffers)
         self._executor: ThreadPoolExecutor | None = None
         self._pending: SaveFuture | None = None
+        self._serial = serial
+        self._on_close = on_close
 
     def save(self, obj, open_writer: Callable, finish: Callable, *, blocking: bool):
         prepared = prepare(obj, check_flat=not blocking)  # bad input raises here, before anything else
@@ -229,8 +238,10 @@ class BackgroundSaver:
                     writer.abort()
                     raise
                 return self._submit(finish, writer, copy)
+            if self._serial:
+                return finish(writer, prepared)
         # Blocking: written from the caller's own tensors, on its thread. Not
-        # under the lock: blocking saves from several threads may overlap.
+        # under the lock: blocking ls.save calls from several threads may overlap.
         return finish(writer, prepared)
 
     def wait(self) -> None:
@@ -249,6 +260,19 @@ class BackgroundSaver:
                     self._executor.shutdown(wait=True)
                     self._executor = None
                 self._buffers.clear()
+                if self._on_close is not None:
+                    self._on_close()
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Hold the saver for the block, once the save in flight (if any) has
+        finished: no save starts or runs meanwhile. A failure of that save
+        stays for whoever waits next."""
+        with self._lock:
+            pending = self._pending
+            if pending is not None:
+                wait_all([pending])
+            yield
 
     @property
     def busy(self) -> bool:
@@ -273,9 +297,17 @@ class BackgroundSaver:
         self._pending = future  # busy from now on: before the worker can rename anything
         try:
             self._executor.submit(_run, future, finish, writer, prepared)
-        except BaseException:  # e.g. at interpreter shutdown: nothing will ever run it
+        except BaseException as exc:  # e.g. at interpreter shutdown: nothing will ever run it
             self._pending = None
             writer.abort()
+            if isinstance(exc, RuntimeError) and "shutdown" in str(exc):
+                # concurrent.futures refuses new work once the interpreter is
+                # shutting down (atexit handlers run after that), and says so
+                # in terms of its own futures; say what to do instead.
+                raise ShutdownError(
+                    f"cannot save {os.fspath(writer.path)} in the background: the interpreter is shutting down (a save "
+                    "from an atexit handler?) and no thread can be started. Save with blocking=True there, "
+                    "or save and close() the manager before the program ends") from exc
             raise
         return future
 

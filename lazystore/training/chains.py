@@ -33,7 +33,8 @@ the average so far. A new keyframe is also written every
 ``keyframe_every`` saves at the latest (the keyframe counting as one).
 
 Retention's side of the tree (rewriting what depends on a checkpoint that
-goes) is :mod:`lazystore.training.rebasing`.
+goes) is :mod:`lazystore.training.rebasing`. Damaged checkpoints
+(:mod:`lazystore.training.damage`) are in no tree: never a base.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from pathlib import Path
 
 from lazystore import api
 from lazystore._native.base_ref import BASE_KEY
+from lazystore.training.damage import READ_ERRORS, describe, usable_base
 
 # Deltas per restore at most, by default (a restore reads one file more):
 # see the module docstring and docs/training.md for the measured trade.
@@ -63,12 +65,17 @@ class Series:
     is coded under it."""
 
     def __init__(self, mgr, steps: list[int]):
-        self.steps = sorted(steps)
+        names = {}
+        for s in sorted(steps):
+            try:
+                names[s] = mgr._base_name(s)
+            except READ_ERRORS as exc:  # cannot be opened: damaged, and no part of any tree
+                mgr._note_damage(s, describe(mgr.path(s), exc))
+        self.steps = list(names)
         by_name = {mgr.path(s).name: s for s in self.steps}
         self.parent: dict[int, int | None] = {}
         self.foreign: set[int] = set()  # based on a file that is not a listed checkpoint
-        for s in self.steps:
-            name = mgr._base_name(s)
+        for s, name in names.items():
             self.parent[s] = by_name.get(name) if name is not None else None
             if name is not None and name not in by_name:
                 self.foreign.add(s)
@@ -112,8 +119,13 @@ def choose_base(mgr, step: int) -> Path | None:
     """The checkpoint a new checkpoint of ``step`` is to be a delta against,
     or None when it is to be a keyframe itself: the first checkpoint, one
     saved out of order, one ``keyframe_every`` saves after the keyframe, or
-    one whose delta would likely cost more than starting afresh."""
-    series = Series(mgr, [s for s in mgr.steps() if s != step])
+    one whose delta would likely cost more than starting afresh, or one
+    whose chosen base turns out damaged (every byte of it and of its chain
+    is checked first: a delta coded against bytes that fail their checks
+    would never restore)."""
+    steps = [s for s in mgr.steps() if s != step]
+    damaged = mgr._known_damaged(steps)
+    series = Series(mgr, [s for s in steps if s not in damaged])
     if not series.steps or series.steps[-1] > step:
         return None
     keyframe = series.root(series.steps[-1])
@@ -140,7 +152,7 @@ def choose_base(mgr, step: int) -> Path | None:
     alike = series.children(base, after=True) or [s for s in period if series.depth(s) == level + 1]
     if alike and keyframe_pays([*sizes.values(), sizes[alike[-1]]]):
         return None
-    return mgr.path(base)
+    return mgr.path(base) if usable_base(mgr, base) else None
 
 
 def keyframe_pays(sizes: list[int]) -> bool:

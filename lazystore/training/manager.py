@@ -12,11 +12,17 @@ Saves can run in the background (``blocking=False``): the state is
 snapshotted on the caller's thread and written by the manager's worker
 thread (:mod:`~lazystore.training.background`), one save at a time.
 
-One process should save into a folder at a time; any number may read it.
+One manager saves into a folder at a time, and any number may read it: a
+manager holds the folder's lock file from its first save to ``close()``
+(:mod:`~lazystore.training.saver_lock`), and within it saves never
+overlap, whatever threads make them. A damaged checkpoint in the folder
+costs that checkpoint, never the next save
+(:mod:`~lazystore.training.damage`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import numbers
@@ -34,7 +40,7 @@ from lazystore._native.writer import Writer
 from lazystore.codecs import codec_for
 from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
 from lazystore.sinks import fsync_dir
-from lazystore.training import background, chains, rebasing, tree
+from lazystore.training import background, chains, damage, rebasing, saver_lock, tree
 
 log = logging.getLogger("lazystore")
 MANAGER_KEY = "__lazystore_manager__"
@@ -81,6 +87,18 @@ class CheckpointManager:
     keyframe), atomically. Every checkpoint still opens with
     :func:`lazystore.open` and the command line. See docs/training.md,
     "Delta checkpoints".
+
+    One saver per folder: the first save takes the folder's lock file
+    (``.lazystore-manager.lock``) until :meth:`close`; a second manager (in
+    this process or another) that tries to save meanwhile gets
+    :class:`~lazystore.FolderLockedError` at once. Reading needs no lock.
+
+    Damaged checkpoints (a file that cannot be read or whose bytes fail
+    their checksums) never stop a save: they are logged once (logger
+    ``lazystore``), listed by :meth:`damaged`, never used as a base, never
+    rewritten and never deleted by retention, which keeps ``keep_last`` /
+    ``keep_best`` intact checkpoints around them. See docs/training.md,
+    "Damaged checkpoints".
     """
 
     def __init__(self, directory, *, keep_last: int | None = None, keep_best: int | None = None,
@@ -110,8 +128,12 @@ class CheckpointManager:
         self._metrics_cache: dict[int, tuple[tuple, dict]] = {}
         # step -> ((inode, mtime_ns, size), its base's file name or None): likewise.
         self._base_cache: dict[int, tuple[tuple, str | None]] = {}
-        # Saves, in order, one at a time; its snapshot buffers are reused from save to save.
-        self._saver = background.BackgroundSaver()
+        self._damage = damage.DamageLog()
+        # Held from the first save to close(): one saving manager per folder.
+        self._folder_lock = saver_lock.SaverLock(self.directory)
+        # Saves, in order, one at a time (blocking ones from several threads
+        # too); its snapshot buffers are reused from save to save.
+        self._saver = background.BackgroundSaver(serial=True, on_close=self._folder_lock.release)
         self._writing: int | None = None  # the step being saved, hidden until it is durable
 
     # -- writing ---------------------------------------------------------------
@@ -139,6 +161,7 @@ class CheckpointManager:
 
         def open_writer():
             # The save before has finished (and its retention): the folder is settled.
+            self._folder_lock.acquire()  # or FolderLockedError: another manager saves here
             base = self._prepare_delta(step)
             self._writing = step
             try:
@@ -168,8 +191,14 @@ class CheckpointManager:
         self._saver.wait()
 
     def close(self) -> None:
-        """Wait as :meth:`wait` does, then free the worker thread and the
-        snapshot buffers. The manager stays usable: a later save starts them again."""
+        """Wait as :meth:`wait` does, then free the worker thread, the
+        snapshot buffers and the folder's lock (another manager may save
+        into the folder from then on). The manager stays usable: a later
+        save takes them again.
+
+        A SIGTERM handler that calls ``close()`` lets an in-flight
+        background save finish (durable and listed) before the process
+        ends; see docs/training.md, "Stopping: SIGTERM and exit"."""
         self._saver.close()
 
     def __enter__(self):
@@ -222,12 +251,38 @@ class CheckpointManager:
         return self.directory / checkpoint_name(_step(step))
 
     def restore(self, step: int | None = None, *, map_location=None):
-        """Load a checkpoint (the latest by default) as :func:`lazystore.load` does."""
-        return api.load(self.path(self._resolve(step)), map_location=map_location)
+        """Load a checkpoint (the latest by default) as :func:`lazystore.load` does.
+
+        A damaged checkpoint raises the error of reading it, naming its file;
+        one deleted meanwhile (by another process's retention, say) raises
+        :class:`~lazystore.CheckpointNotFoundError`."""
+        step = self._resolve(step)
+        with self._reading(step) as path:
+            return api.load(path, map_location=map_location)
 
     def open(self, step: int | None = None):
         """Open a checkpoint (the latest by default) lazily, as :func:`lazystore.open` does."""
-        return api.open(self.path(self._resolve(step)))
+        step = self._resolve(step)
+        with self._reading(step) as path:
+            return api.open(path)
+
+    def damaged(self) -> dict[int, str]:
+        """The listed steps whose checkpoint is damaged, each with why (the
+        message names the file): it cannot be read, or bytes of it or of its
+        chain of bases fail their checksums. Checks every byte of every
+        listed checkpoint not already known to be damaged (as costly as
+        restoring each), after the save in flight, if any, has finished.
+        Each newly found one is also logged as a warning."""
+        with self._saver.paused():  # no save of ours rewrites a file under the check
+            steps = self.steps()
+            known = self._damage.known(steps, self.path)
+            found = {}
+            for step in steps:
+                reason = known.get(step) or damage.check(self.path(step))
+                if reason is not None:
+                    self._note_damage(step, reason)
+                    found[step] = reason
+            return found
 
     def __repr__(self) -> str:
         return (f"CheckpointManager({os.fspath(self.directory)!r}, keep_last={self.keep_last}, "
@@ -252,22 +307,44 @@ class CheckpointManager:
 
     def _existing(self, step) -> int:
         step = _step(step)
-        if step == self._in_flight() or not self.path(step).is_file():
+        # lexists: a damaged entry (a folder, a dangling link) is listed, and reading it says what is wrong.
+        if step == self._in_flight() or not os.path.lexists(self.path(step)):
             raise CheckpointNotFoundError(
                 f"no checkpoint for step {step} in {os.fspath(self.directory)}; retained steps: {self.steps()}")
         return step
 
     def _metrics(self, step: int) -> dict:
-        path = self.path(step)
-        key = _stat_key(path)
-        cached = self._metrics_cache.get(step)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        with api.open(path) as ck:
-            entry = ck.system_metadata.get(MANAGER_KEY)
-        metrics = _decode_entry(entry, path)
+        with self._reading(step) as path:
+            key = _stat_key(path)
+            cached = self._metrics_cache.get(step)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            with api.open(path) as ck:
+                entry = ck.system_metadata.get(MANAGER_KEY)
+            metrics = _decode_entry(entry, path)
         self._metrics_cache[step] = (key, metrics)
         return metrics
+
+    @contextlib.contextmanager
+    def _reading(self, step: int):
+        """Read checkpoint ``step`` in the block (given its path): its errors
+        name the file, and a file deleted meanwhile is CheckpointNotFoundError."""
+        path = self.path(step)
+        try:
+            with damage.naming(path):
+                yield path
+        except FileNotFoundError:
+            if os.path.lexists(path):
+                raise  # a dangling link: damaged, and the error names it
+            raise CheckpointNotFoundError(
+                f"checkpoint step {step} ({os.fspath(path)}) was deleted while it was being read "
+                f"(retention, or another process); retained steps: {self.steps()}") from None
+
+    def _note_damage(self, step: int, reason: str) -> None:
+        self._damage.note(step, self.path(step), reason)
+
+    def _known_damaged(self, steps) -> dict[int, str]:
+        return self._damage.known(steps, self.path)
 
     def _base_name(self, step: int) -> str | None:
         """The file name of checkpoint ``step``'s base (None: a keyframe)."""
@@ -298,32 +375,46 @@ class CheckpointManager:
         steps = self.steps()
         if step in steps:
             with self._lock:
-                rebasing.rebase_dependents(self, [step], set(steps) - {step})
+                rebasing.rebase_dependents(self, [step], set(steps) - {step}, replacing=True)
         return chains.choose_base(self, step) if self.delta else None
 
     def _ranked(self, steps: list[int]) -> list[int]:
-        """Steps with a value for ``metric``, best first (ties: earlier step first)."""
+        """Steps with a value for ``metric``, best first (ties: earlier step
+        first). One whose metrics cannot be read is noted damaged, and unranked."""
         scored = []
         for step in steps:
-            value = self._metrics(step).get(self.metric)
+            try:
+                value = self._metrics(step).get(self.metric)
+            except CheckpointNotFoundError:
+                continue
+            except damage.READ_ERRORS as exc:
+                self._note_damage(step, damage.describe(self.path(step), exc))
+                continue
             if value is not None and not (isinstance(value, float) and math.isnan(value)):
                 scored.append((value if self.mode == "min" else -value, step))
         return [step for _, step in sorted(scored)]
 
     def _apply_retention(self) -> None:
+        if self.keep_last is None and self.keep_best is None:
+            return  # nothing is ever deleted
         steps = self.steps()
-        keep = set(steps)
-        if self.keep_last is not None or self.keep_best is not None:
-            keep = set()
-            if self.keep_last is not None:
-                keep.update(steps[-self.keep_last:])
-            if self.keep_best is not None:
-                keep.update(self._ranked(steps)[: self.keep_best])
+        chains.Series(self, steps)  # opens every index (cached): one that cannot be opened is noted damaged
+        ranked = self._ranked(steps) if self.keep_best is not None else []
+        # A damaged checkpoint is left in place, and counts for no rule: the
+        # rules keep that many intact checkpoints (as far as is known).
+        damaged = self._known_damaged(steps)
+        intact = [s for s in steps if s not in damaged]
+        keep = set(damaged)
+        if self.keep_last is not None:
+            keep.update(intact[-self.keep_last:])
+        if self.keep_best is not None:
+            keep.update([s for s in ranked if s not in damaged][: self.keep_best])
         doomed = [step for step in steps if step not in keep]
-        # No kept checkpoint may lose its base: its dependents are rewritten first.
-        rebasing.rebase_dependents(self, doomed, keep)
+        # No kept checkpoint may lose its base: its dependents are rewritten
+        # first; and no base a damaged checkpoint names goes.
+        deletable = rebasing.rebase_dependents(self, doomed, keep)
         removed = False
-        for step in rebasing.deletion_order(self, doomed):
+        for step in rebasing.deletion_order(self, [s for s in doomed if s in deletable]):
             self._remove(step)
             removed = True
         # (Temporary files of saves that crashed are removed by the writer

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import lazystore as ls
+from lazystore.training.saver_lock import LOCK_NAME
 from tests.properties.killing import run_and_kill
 from tests.properties.test_crash_safety import KILLS
 
@@ -63,7 +64,7 @@ def _check_folder(folder) -> int:
             assert ck.verify() == []
         assert mgr.metrics(step) == {"step": step}
     listed = {mgr.path(s).name for s in steps}
-    others = [p.name for p in folder.iterdir() if p.name not in listed]
+    others = [p.name for p in folder.iterdir() if p.name not in listed | {LOCK_NAME}]
     assert all(n.startswith(".step-") and n.endswith(".partial") for n in others), others
     return steps[-1] if steps else 0
 
@@ -85,6 +86,6 @@ def test_killed_delta_series_leaves_every_listed_checkpoint_restorable(tmp_path,
     mgr = ls.CheckpointManager(folder, delta=True, keep_last=3, keyframe_every=3, compression="zstd")
     mgr.save(last + 1, state(last + 1), metrics={"step": last + 1})
     assert mgr.steps() == [last - 1, last, last + 1]
-    assert sorted(p.name for p in folder.iterdir()) == [mgr.path(s).name for s in mgr.steps()]
+    assert sorted(p.name for p in folder.iterdir() if p.name != LOCK_NAME) == [mgr.path(s).name for s in mgr.steps()]
     _check_folder(folder)
     print(f"delta series ({mode}): {KILLS} kills survived, last step {last}")

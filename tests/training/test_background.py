@@ -27,6 +27,7 @@ from lazystore.testing.faults import SyscallFaults
 from lazystore.testing.strategies import same_tree
 from lazystore.training import background
 from lazystore.training.background import SaveFuture
+from lazystore.training.saver_lock import LOCK_NAME
 
 
 def state(step: int) -> dict:
@@ -185,7 +186,7 @@ def test_a_snapshot_that_fails_leaves_nothing_behind(tmp_path, monkeypatch):
     monkeypatch.setattr(background, "snapshot", out_of_memory)
     with pytest.raises(MemoryError):
         mgr.save(1, state(5), blocking=False)
-    assert mgr.steps() == [1] and os.listdir(tmp_path) == [mgr.path(1).name]  # the partial file went
+    assert mgr.steps() == [1] and sorted(os.listdir(tmp_path)) == [LOCK_NAME, mgr.path(1).name]  # the partial went
     same_tree(state(1), mgr.restore(1))  # the old step 1 is still listed and whole
     monkeypatch.undo()
     mgr.save(2, state(2), blocking=False).result(timeout=60)
@@ -262,7 +263,7 @@ def _failing_save(mgr, step, s):
 
 
 def _only_checkpoints(mgr) -> list[str]:
-    names = sorted(os.listdir(mgr.directory))
+    names = sorted(set(os.listdir(mgr.directory)) - {LOCK_NAME})
     assert names == [mgr.path(s).name for s in mgr.steps()], names  # no partial file left
     return names
 

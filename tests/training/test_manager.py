@@ -15,6 +15,7 @@ import torch
 import lazystore as ls
 from lazystore.testing.strategies import same_tree
 from lazystore.training.manager import MANAGER_KEY, checkpoint_name
+from lazystore.training.saver_lock import LOCK_NAME
 
 
 def state(step):
@@ -22,7 +23,8 @@ def state(step):
 
 
 def files(d):
-    return sorted(os.listdir(d))
+    """The folder's files, but the lock file a saving manager holds."""
+    return sorted(n for n in os.listdir(d) if n != LOCK_NAME)
 
 
 def test_file_names_and_layout(tmp_path):
@@ -248,6 +250,7 @@ def test_bad_state_is_refused_before_anything_is_written(tmp_path):
 def test_a_crash_mid_save_is_never_listed_and_is_cleaned_up(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, keep_last=2)
     mgr.save(1, state(1))
+    mgr.close()  # one saver per folder: the child saves next
     code = textwrap.dedent(f"""
         import os, numpy as np, lazystore as ls
         real_add = ls.Writer.add
