@@ -28,6 +28,7 @@ from lazystore._core.rechunk import rechunk
 from lazystore._native import layout as fmt
 from lazystore._native.base_ref import BASE_KEY, DELTA_MINOR
 from lazystore._native.delta_writer import DeltaBase
+from lazystore._native.entry_rules import size_problem
 from lazystore.codecs import RAW, codec_for
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.sinks import CloseOrAbort, open_sink
@@ -155,8 +156,11 @@ class Writer(CloseOrAbort):
         """Encode and write a tensor a window of chunks at a time: the chunks
         of a window are encoded in parallel, written in order, and hashed on
         pool threads while the next are written."""
-        codec = self._codec if compression is _DEFAULT else codec_for(compression, self._level)
         itemsize = spec.dtype.itemsize
+        problem = size_problem(shape, itemsize)
+        if problem is not None:  # a file no reader could read (rules E7-E8)
+            raise InvalidInputError(f"tensor {name!r} of shape {shape} cannot be stored: {problem}")
+        codec = self._codec if compression is _DEFAULT else codec_for(compression, self._level)
         delta = self._base.plan(name, spec, shape) if self._base is not None else None
         grid = delta.grid if delta is not None else \
             ChunkGrid(shape, itemsize, *choose_grid(shape, itemsize, self._chunk_bytes))

@@ -136,6 +136,8 @@ def test_metadata_round_trips_through_json(saved):
     lambda d: d.update(version=True),
     lambda d: d["state_dict"]["model.w0"].update(dtype="object"),
     lambda d: d["state_dict"]["model.w0"].update(size=[1, -3]),
+    lambda d: d["state_dict"]["model.w0"].update(size=[2**61, 48]),  # float32: rule E8's bound
+    lambda d: d["state_dict"]["model.w0"].update(size=[0, 2**61], chunks=[]),  # no elements, still too big
     lambda d: d["state_dict"]["model.w0"]["chunks"][0].update(sizes=[999, 48]),
     lambda d: d["state_dict"]["model.w0"].update(evil=1),
     lambda d: d["storage"][0].update(file="../../etc/passwd"),

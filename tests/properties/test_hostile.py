@@ -694,23 +694,27 @@ def empty_parts(tmp_path) -> Parts:
 
 @pytest.mark.parametrize(
     "dims",
-    [[0, 2**61, 2**61], [0, 2**62 - 1, 8], [2**40, 0, 2**40, 2**40]],
-    ids=["0x2**61x2**61", "0x(2**62-1)x8", "2**40x0x2**40x2**40"],
+    [[0, 2**61, 2**61], [0, 2**62 - 1, 8], [2**40, 0, 2**40, 2**40], [0, 2**61], [2**60, 0], [0, 2**30, 2**30]],
+    ids=["0x2**61x2**61", "0x(2**62-1)x8", "2**40x0x2**40x2**40", "0x2**61", "2**60x0", "0x2**30x2**30"],
 )
 def test_empty_tensor_with_unrepresentable_shape(empty_parts, tmp_path, dims):
     # nbytes 0 is consistent with any shape holding a 0, but numpy cannot
-    # build an array whose other dimensions overflow: the file must be
-    # rejected (on open or on read) with FormatError, not a ValueError from numpy.
+    # build an array whose other dimensions, times the item size (float32
+    # here), reach 2**63: the file must be rejected (on open or on read) with
+    # FormatError, not a ValueError from numpy. Rule E8 bounds that product
+    # at 2**62, as for a tensor with elements.
     empty_parts.set_dims(0, dims)
     expect_rejected_somewhere(tmp_path, empty_parts.build())
 
 
-def test_empty_tensor_with_large_but_representable_shape(empty_parts, tmp_path):
-    empty_parts.set_dims(0, [0, 2**40])
+@pytest.mark.parametrize("dims", [[0, 2**40], [0, 2**60 - 1], [2**30, 0, 2**30 - 1]])
+def test_empty_tensor_with_large_but_representable_shape(empty_parts, tmp_path, dims):
+    empty_parts.set_dims(0, dims)  # float32: below 2**62 bytes, zeros counted as ones
     path = tmp_path / "empty.lzy"
     path.write_bytes(empty_parts.build())
     with ls.open(path) as ck:
-        assert ck["e"].shape == (0, 2**40)
+        assert ck["e"].shape == tuple(dims)
+        assert ck.get_slice("e")[...].shape == tuple(dims)
         assert ck.verify() == []
 
 
