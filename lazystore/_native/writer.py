@@ -19,6 +19,7 @@ from functools import partial
 
 import numpy as np
 
+from lazystore._core import strict_json
 from lazystore._core.batching import batch_by_bytes
 from lazystore._core.checksum import digest
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
@@ -325,10 +326,13 @@ def _encode_metadata(metadata: Mapping) -> bytes:
     if not metadata:
         return b""
     try:
-        text = json.dumps(metadata, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-        return text.encode("utf-8")
+        text = json.dumps(metadata, allow_nan=False, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidInputError(f"metadata must be JSON-serialisable (no NaN/inf, valid text): {exc}") from None
+    problem = strict_json.size_problem(text)  # what readers refuse to parse (format.md §11.6)
+    if problem is not None:
+        raise InvalidInputError(f"metadata too large: {problem}")
+    return text
 
 
 def _chunk_records(lengths: list[int], checksums: list[int]) -> np.ndarray:

@@ -106,6 +106,8 @@ def parse_header(text: bytes, data_len: int) -> Header:
         raise FormatError("corrupt safetensors header: does not start with '{'")
     try:
         value = strict_json.loads(text)
+    except strict_json.TooLarge as exc:
+        raise FormatError(f"safetensors header too large to read: {exc}") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FormatError(f"corrupt safetensors header: {exc}") from None
     if not isinstance(value, dict):
@@ -342,6 +344,9 @@ class SafetensorsWriter(CloseOrAbort):
             if len(header) > MAX_HEADER_BYTES:
                 raise InvalidInputError(f"safetensors header of {len(header)} bytes exceeds the "
                                         f"{MAX_HEADER_BYTES}-byte limit (too many tensors or too much metadata)")
+            problem = strict_json.size_problem(header)  # what lazystore's reader would refuse
+            if problem is not None:
+                raise InvalidInputError(f"safetensors header too large: {problem}")
             self._sink.write(struct.pack("<Q", len(header)))
             self._sink.write(header)
             self._spool.seek(0)

@@ -143,3 +143,22 @@ def test_loading_a_whole_checkpoint_without_a_state_dict_needs_the_opt_in(tmp_pa
         assert isinstance(_failure(exc_info), ls.InvalidInputError)
         out = _load_state_dict_from_keys(storage_reader=LazyStoreReader(tmp_path / "ck", allow_pickle=True))
     assert out["step"] == 5 and torch.equal(out["w"], torch.ones(3))
+
+
+def test_metadata_over_the_json_bounds_is_refused_on_save_and_on_load(tmp_path, monkeypatch):
+    # The DCP document is metadata.lzy's metadata, bounded as every file's is
+    # (docs/format.md §11.6; the bound shrunk here).
+    from lazystore._core import strict_json
+
+    state = {f"layer{i}.w": torch.zeros(2) for i in range(30)}  # ~47 JSON values per tensor
+    _save(tmp_path / "ok", state)
+    monkeypatch.setattr(strict_json, "MAX_VALUES", 1000)
+    with pytest.raises(CheckpointException) as exc_info:
+        _save(tmp_path / "big", state)
+    assert isinstance(_failure(exc_info), ls.InvalidInputError) and "JSON values" in str(_failure(exc_info))
+    assert not (tmp_path / "big" / METADATA_FILE).exists()  # no checkpoint that looks complete
+    with pytest.raises(ls.FormatError, match="metadata too large to read"):
+        LazyStoreReader(tmp_path / "ok").read_metadata()
+    with pytest.raises(CheckpointException) as exc_info:
+        _load(tmp_path / "ok", {k: torch.ones(2) for k in state})
+    assert "metadata too large to read" in str(_failure(exc_info))  # DCP re-raises it in its own words
