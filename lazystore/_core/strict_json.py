@@ -5,15 +5,46 @@ Infinity, numbers that overflow to infinity (1e400), and, unless asked not
 to, duplicate member names. Absurd nesting raises RecursionError inside the
 C parser, never a crash; callers turn every failure into a FormatError
 naming what they were reading.
+
+It also bounds what a parse may cost (docs/format.md §11.6). Parsed JSON
+takes far more memory than its text: measured with tracemalloc, a list of
+empty lists costs 22x its bytes, of ``{"a":0}`` 25x, of ``[[]]`` 32x, so a
+1 GiB index could cost ~30 GiB to open. The size of a text does not bound
+that; the number of values in it does (~35-110 bytes each once parsed), with
+the text's bytes bounding what strings cost (up to 4x their UTF-8 bytes,
+twice: the decoded text, then the strings). Both are checked before
+anything is decoded or parsed, in one ``count`` per separator byte.
 """
 
 from __future__ import annotations
 
 import json
 
+# The bounds (docs/format.md §11.6: MAX_METADATA_BYTES, MAX_METADATA_VALUES).
+# Just under both, the worst texts measured cost 1.3-2 GB to parse; real
+# files are far below them (a nested training state: ~90 bytes and ~13
+# values per tensor; a DCP checkpoint's metadata: ~450 bytes and ~47 values
+# per tensor, ~190 bytes and ~24 values per further saved shard).
+MAX_BYTES = 1 << 27  # 128 MiB
+MAX_VALUES = 1 << 24  # 16,777,216 values, member names included
+
+# Every value or member name but the first follows one of these bytes, so
+# 1 + their count bounds the number of values. Counted anywhere, strings
+# included: a cheap, exact rule that any reader and writer apply alike
+# (telling strings apart would take a scan as costly as a parse).
+_SEPARATORS = ",:[{"
+
+
+class TooLarge(ValueError):
+    """A text over the bounds: refused before it is parsed."""
+
 
 def loads(text: str | bytes, *, unique_keys: bool = True):
-    """Parse ``text``; ValueError (or RecursionError) for anything not strict JSON."""
+    """Parse ``text``; ValueError (or RecursionError) for anything not strict
+    JSON, :class:`TooLarge` (a ValueError) for a text over the bounds."""
+    problem = size_problem(text)
+    if problem is not None:
+        raise TooLarge(problem)
     if isinstance(text, bytes):
         text = text.decode("utf-8")
     return json.loads(
@@ -22,6 +53,25 @@ def loads(text: str | bytes, *, unique_keys: bool = True):
         parse_float=_finite_float,
         object_pairs_hook=_no_duplicates if unique_keys else None,
     )
+
+
+def size_problem(text: str | bytes) -> str | None:
+    """Why ``text`` is over the bounds, or None. Writers check what they
+    write with it, so that no reader refuses it."""
+    if len(text) > MAX_BYTES:
+        return (f"{len(text)} bytes of JSON, more than the {MAX_BYTES} lazystore parses "
+                "(docs/format.md §11.6)")
+    values = values_at_most(text)
+    if values > MAX_VALUES:
+        return (f"up to {values} JSON values (1 + its ',' ':' '[' '{{'), more than the {MAX_VALUES} JSON values "
+                "lazystore parses (a bound on the memory a parse takes: docs/format.md §11.6)")
+    return None
+
+
+def values_at_most(text: str | bytes) -> int:
+    """1 + the separator bytes in ``text``: at least its number of values, names included."""
+    seps = _SEPARATORS.encode() if isinstance(text, bytes) else _SEPARATORS
+    return 1 + sum(text.count(seps[i : i + 1]) for i in range(len(seps)))
 
 
 def _reject_constant(name: str):

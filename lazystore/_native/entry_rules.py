@@ -105,17 +105,30 @@ def _check_small_fields(code: int, codec: int, ndim: int, axis: int, planes: int
         raise FormatError("chunk axis out of range")
 
 
+def size_problem(shape: tuple[int, ...], itemsize: int) -> str | None:
+    """Rules E7-E8 for any tensor lazystore reads or writes (its own files,
+    safetensors headers, DCP metadata): what is wrong with ``shape`` of
+    items of ``itemsize`` bytes, or None. In Python integers, which cannot
+    overflow.
+
+    The bytes the shape spans, counting a dim of 0 as 1, stay below 2**62.
+    The zeros count as ones because a reader builds the shape even when it
+    holds no element, and numpy refuses an array whose non-zero dims times
+    its itemsize reach 2**63, empty or not (``np.empty((0, 2**61), float64)``
+    raises ValueError)."""
+    if shape and max(shape) >= MAX_SIZE:
+        return "dimension too large (each must be below 2**62)"
+    if math.prod(d or 1 for d in shape) * itemsize >= MAX_SIZE:
+        return "tensor size overflows (its dims, zeros counted as ones, times its item size must stay below 2**62)"
+    return None
+
+
 def _check_shape(grid: ChunkGrid, nbytes: int) -> None:
     """Rules E7-E9: the size fits, and matches dtype x shape."""
-    if grid.shape and max(grid.shape) >= MAX_SIZE:
-        raise FormatError("dimension too large")
-    elements = math.prod(grid.shape)
-    # Zeros count as ones in the first product, so that no shape overflows
-    # when a reader builds it, even one without elements.
-    spread = elements or math.prod(d or 1 for d in grid.shape)
-    if spread >= MAX_SIZE or elements * grid.itemsize >= MAX_SIZE:
-        raise FormatError("tensor size overflows")
-    if elements * grid.itemsize != nbytes:
+    problem = size_problem(grid.shape, grid.itemsize)
+    if problem is not None:
+        raise FormatError(problem)
+    if math.prod(grid.shape) * grid.itemsize != nbytes:
         raise FormatError("byte size does not match dtype x shape")
 
 

@@ -349,6 +349,8 @@ def _decode_metadata(blob: bytes) -> dict:
         # The C parser guards its recursion, so absurd nesting is a
         # RecursionError here, never a crash.
         value = strict_json.loads(blob, unique_keys=False)  # format.md: the last duplicate wins
+    except strict_json.TooLarge as exc:  # valid JSON, maybe, but refused before it is parsed
+        raise FormatError(f"metadata too large to read: {exc}") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FormatError(f"corrupt metadata: {exc}") from None
     if not isinstance(value, dict):

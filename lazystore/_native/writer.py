@@ -19,7 +19,7 @@ from functools import partial
 
 import numpy as np
 
-from lazystore._core import arguments
+from lazystore._core import arguments, strict_json
 from lazystore._core.batching import batch_by_bytes
 from lazystore._core.checksum import digest
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
@@ -29,6 +29,7 @@ from lazystore._core.rechunk import rechunk
 from lazystore._native import layout as fmt
 from lazystore._native.base_ref import BASE_KEY, DELTA_MINOR
 from lazystore._native.delta_writer import DeltaBase
+from lazystore._native.entry_rules import size_problem
 from lazystore.codecs import RAW, codec_for
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.sinks import CloseOrAbort, open_sink
@@ -156,8 +157,11 @@ class Writer(CloseOrAbort):
         """Encode and write a tensor a window of chunks at a time: the chunks
         of a window are encoded in parallel, written in order, and hashed on
         pool threads while the next are written."""
-        codec = self._codec if compression is _DEFAULT else codec_for(compression, self._level)
         itemsize = spec.dtype.itemsize
+        problem = size_problem(shape, itemsize)
+        if problem is not None:  # a file no reader could read (rules E7-E8)
+            raise InvalidInputError(f"tensor {name!r} of shape {shape} cannot be stored: {problem}")
+        codec = self._codec if compression is _DEFAULT else codec_for(compression, self._level)
         delta = self._base.plan(name, spec, shape) if self._base is not None else None
         grid = delta.grid if delta is not None else \
             ChunkGrid(shape, itemsize, *choose_grid(shape, itemsize, self._chunk_bytes))
@@ -322,10 +326,13 @@ def _encode_metadata(metadata: Mapping) -> bytes:
     if not metadata:
         return b""
     try:
-        text = json.dumps(metadata, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-        return text.encode("utf-8")
+        text = json.dumps(metadata, allow_nan=False, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidInputError(f"metadata must be JSON-serialisable (no NaN/inf, valid text): {exc}") from None
+    problem = strict_json.size_problem(text)  # what readers refuse to parse (format.md §11.6)
+    if problem is not None:
+        raise InvalidInputError(f"metadata too large: {problem}")
+    return text
 
 
 def _chunk_records(lengths: list[int], checksums: list[int]) -> np.ndarray:

@@ -23,8 +23,10 @@ ones, range requests for a URL.
 
 This layer never unpickles anything. DCP itself serialises non-tensor items
 (ints, dicts, ...) with ``torch.save`` into bytes; lazystore stores those bytes
-as they are and hands them back to the load planner, whose ``load_bytes``
-(DCP's own code) calls ``torch.load`` on them.
+as they are. On load, DCP's planner would ``torch.load(weights_only=False)``
+them, so ``LazyStoreReader`` hands them over only with ``allow_pickle=True``,
+and never for an item the caller's state dict holds as a tensor
+(docs/distributed.md, "Non-tensor items and pickle").
 """
 
 from lazystore.dcp.storage import METADATA_FILE, LazyStorageInfo, LazyStoreReader, LazyStoreWriter, rank_file

@@ -41,6 +41,7 @@ from torch.distributed.checkpoint.metadata import (
 
 from lazystore._core.dtypes import BY_TORCH_NAME
 from lazystore._core.torch_arrays import torch_name
+from lazystore._native.entry_rules import size_problem
 from lazystore.errors import FormatError, InvalidInputError
 
 DCP_KEY = "__lazystore_dcp__"
@@ -206,7 +207,13 @@ def decode(doc) -> tuple[Metadata, str]:
         if md["type"] != "tensor":
             raise _bad(f"{where} has type {md['type']!r}")
         size = _ints(md["size"], f"{where}.size")
-        dtype = getattr(torch, _choice(md["dtype"], {n: n for n in BY_TORCH_NAME}, f"{where}.dtype"))
+        dtype_name = _choice(md["dtype"], {n: n for n in BY_TORCH_NAME}, f"{where}.dtype")
+        # DCP allocates tensors of this size (torch.empty, when it builds the
+        # state dict from the metadata): bounded as a lazystore file's are.
+        problem = size_problem(tuple(size), BY_TORCH_NAME[dtype_name].dtype.itemsize)
+        if problem is not None:
+            raise _bad(f"{where}.size {size}: {problem}")
+        dtype = getattr(torch, dtype_name)
         props = TensorProperties(
             dtype=dtype, layout=_choice(md["layout"], _LAYOUTS, f"{where}.layout"),
             requires_grad=_bool(md["requires_grad"], f"{where}.requires_grad"),

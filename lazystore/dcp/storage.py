@@ -8,6 +8,7 @@ import io
 import os
 import re
 import uuid
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -88,6 +89,12 @@ def _list(base, storage_options) -> list[str]:
         return os.listdir(local)
     fs = _fs(base, storage_options)
     return [p.rstrip("/").rpartition("/")[2] for p in fs.ls(base, detail=False)]
+
+
+def _listed(names: list[str], most: int = 5) -> str:
+    """A few names for a message, and how many more."""
+    shown = ", ".join(repr(n) for n in names[:most])
+    return shown if len(names) <= most else f"{shown} and {len(names) - most} more"
 
 
 def _checkpoint_id(path) -> str:
@@ -237,13 +244,22 @@ class LazyStoreWriter(StorageWriter):
 class LazyStoreReader(StorageReader):
     """Load DCP checkpoints written by :class:`LazyStoreWriter`, reading only
     the bytes each rank needs. ``verify=True`` also checks raw tensors'
-    checksums as they are read (compressed chunks and remote bytes are always checked)."""
+    checksums as they are read (compressed chunks and remote bytes are always checked).
 
-    def __init__(self, path, *, storage_options=None, verify: bool = False):
+    DCP's load planners deserialise a non-tensor ("bytes") item with
+    ``torch.load(weights_only=False)``, which runs whatever code the bytes
+    carry, and the checkpoint, not the caller, says which items are bytes.
+    So the reader refuses every bytes item unless ``allow_pickle=True``
+    (for checkpoints you trust), and refuses one whose destination in the
+    state dict is a tensor whatever ``allow_pickle`` says (see
+    :meth:`_check_bytes_items`)."""
+
+    def __init__(self, path, *, storage_options=None, verify: bool = False, allow_pickle: bool = False):
         super().__init__()
         self.path = path
         self.storage_options = dict(storage_options or {})
         self.verify = verify
+        self.allow_pickle = bool(allow_pickle)
         self.storage_data: dict = {}
         self.save_id: str | None = None
         self.load_id = uuid.uuid4().hex
@@ -284,6 +300,7 @@ class LazyStoreReader(StorageReader):
         return plans
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        self._check_bytes_items(plan, planner)  # before any file is opened or any target written
         per_file: dict[str, list] = {}
         for req in plan.items:
             info = self.storage_data.get(req.storage_index)
@@ -306,6 +323,36 @@ class LazyStoreReader(StorageReader):
 
     # -- internals --------------------------------------------------------------
 
+    def _check_bytes_items(self, plan: LoadPlan, planner: LoadPlanner) -> None:
+        """Refuse the plan's bytes items before the planner can unpickle one.
+
+        Every route by which DCP deserialises stored bytes (``load_bytes``
+        of DefaultLoadPlanner and its subclasses, _EmptyStateDictLoadPlanner
+        included) gets them from ``read_data``, so this check covers them
+        all. A bytes item whose destination the planner's state dict holds
+        as a tensor is a checkpoint lying about its type: a FormatError,
+        whatever ``allow_pickle`` says. (A planner without a ``state_dict``
+        mapping has no destination to look at; ``allow_pickle`` alone then
+        decides.)"""
+        names = [req.dest_index.fqn for req in plan.items if req.type == LoadItemType.BYTE_IO]
+        if not names:
+            return
+        state = getattr(planner, "state_dict", None)
+        if isinstance(state, Mapping):
+            tensors = [n for n in names if isinstance(state.get(n), torch.Tensor)]
+            if tensors:
+                raise FormatError(
+                    f"the DCP checkpoint at {self.path} marks {_listed(tensors)} as pickled (bytes) "
+                    "items, but the state dict holds tensors there: refused, never unpickled "
+                    "(the checkpoint was tampered with or does not match the state dict)")
+        if not self.allow_pickle:
+            raise InvalidInputError(
+                f"the DCP checkpoint at {self.path} holds non-tensor items {_listed(names)}, which DCP's "
+                "load planner unpickles (torch.load(weights_only=False)) and a tampered checkpoint can "
+                "make run any code. Load them only from a checkpoint you trust, with "
+                "LazyStoreReader(path, allow_pickle=True), or leave those keys out of the state dict "
+                "you load")
+
     def _check_rank_file(self, ck, path, rel: str) -> None:
         tag = ck.system_metadata.get(DCP_KEY)
         if not isinstance(tag, dict) or tag.get("file") != rel:
@@ -315,13 +362,14 @@ class LazyStoreReader(StorageReader):
                               f"the metadata names {self.save_id!r}): the checkpoint is mixed")
 
     def _read_one(self, ck, req, key: str, planner: LoadPlanner, path) -> None:
+        """Serve one read item; bytes items have passed :meth:`_check_bytes_items`."""
         if key not in ck:
             raise FormatError(f"{path} has no item {key!r} named by the DCP metadata")
         if req.type == LoadItemType.BYTE_IO:
             arr = ck[key]
             if arr.dtype != np.uint8 or arr.ndim != 1:
                 raise FormatError(f"bytes item {key!r} of {path} is not a 1-d uint8 tensor")
-            # DCP's planner deserialises these bytes (torch.load) -- not lazystore.
+            # DCP's planner deserialises these bytes (torch.load), allowed by the caller.
             planner.load_bytes(req, io.BytesIO(arr.tobytes()))
             return
         sl = ck.get_slice(key)

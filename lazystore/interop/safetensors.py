@@ -43,6 +43,7 @@ from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
 from lazystore._core.dtypes import BY_SAFETENSORS, from_safetensors_shape, spec_for, to_safetensors_shape
 from lazystore._core.rechunk import as_bytes
 from lazystore._native import layout as fmt
+from lazystore._native.entry_rules import MAX_NDIM, size_problem
 from lazystore._native.index import Index
 from lazystore.errors import ClosedError, FormatError, InvalidInputError, UnsupportedDtypeError
 from lazystore.sinks import CloseOrAbort, open_sink
@@ -55,9 +56,6 @@ CHECKSUMS_KEY = "lazystore.checksums"  # JSON: tensor name -> xxh3-64 hex of its
 METADATA_KEY = "lazystore.metadata"  # JSON: user metadata values that are not str
 SYSTEM_KEY = "lazystore.system"  # JSON: lazystore's own entries (nested-state tree)
 _OWN_PREFIX = "lazystore."
-# Tensor sizes stay below 2**62, as in lazystore files (format.md §17).
-MAX_TENSOR_BYTES = 1 << 62
-MAX_NDIM = 64
 
 # -- reading ---------------------------------------------------------------------------
 
@@ -108,6 +106,8 @@ def parse_header(text: bytes, data_len: int) -> Header:
         raise FormatError("corrupt safetensors header: does not start with '{'")
     try:
         value = strict_json.loads(text)
+    except strict_json.TooLarge as exc:
+        raise FormatError(f"safetensors header too large to read: {exc}") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FormatError(f"corrupt safetensors header: {exc}") from None
     if not isinstance(value, dict):
@@ -157,12 +157,10 @@ def _tensor_info(name: str, info) -> tuple[np.dtype, tuple[int, ...], int, int]:
     begin, end = offsets
     if end < begin:
         raise FormatError(f"{where}: data_offsets end before they begin")
-    count = 1
-    for d in shape:  # Python ints: an overflow is just a big number
-        count *= d
-    nbytes = count * dtype.itemsize
-    if nbytes >= MAX_TENSOR_BYTES:
-        raise FormatError(f"{where}: element count overflows")
+    problem = size_problem(tuple(shape), dtype.itemsize)  # as for lazystore files: rules E7-E8
+    if problem is not None:
+        raise FormatError(f"{where}: {problem}")
+    nbytes = math.prod(shape) * dtype.itemsize
     if nbytes != end - begin:
         raise FormatError(f"{where}: {end - begin} bytes of data, but dtype x shape needs {nbytes}")
     return dtype, tuple(shape), begin, end
@@ -346,6 +344,9 @@ class SafetensorsWriter(CloseOrAbort):
             if len(header) > MAX_HEADER_BYTES:
                 raise InvalidInputError(f"safetensors header of {len(header)} bytes exceeds the "
                                         f"{MAX_HEADER_BYTES}-byte limit (too many tensors or too much metadata)")
+            problem = strict_json.size_problem(header)  # what lazystore's reader would refuse
+            if problem is not None:
+                raise InvalidInputError(f"safetensors header too large: {problem}")
             self._sink.write(struct.pack("<Q", len(header)))
             self._sink.write(header)
             self._spool.seek(0)

@@ -211,6 +211,32 @@ def test_bad_writer_options(tmp_path, kwargs):
     assert folder_entries(tmp_path) == []
 
 
+@pytest.mark.parametrize("shape", [(0, 2**61), (2**59, 0, 2**3), (2**62,)], ids=repr)
+def test_writer_refuses_a_shape_no_reader_can_build(tmp_path, shape):
+    # Rule E8: itemsize x the dims (zeros counted as ones) < 2**62, so the
+    # writer never makes a file its own readers refuse.
+    with ls.Writer(tmp_path / "model.lzy") as w:
+        w.add("ok", np.zeros((0, 2**40), np.float64))
+        with pytest.raises(ls.InvalidInputError, match="'x'.*2\\*\\*62"):
+            w.add_pieces("x", [], dtype=np.float64, shape=shape)
+    with ls.open(tmp_path / "model.lzy") as ck:
+        assert list(ck) == ["ok"] and ck["ok"].shape == (0, 2**40)
+
+
+def test_writer_refuses_metadata_its_readers_would_not_parse(old_file, monkeypatch):
+    # docs/format.md §11.6 (the bounds shrunk: see tests/_core/test_strict_json.py)
+    from lazystore._core import strict_json
+
+    monkeypatch.setattr(strict_json, "MAX_VALUES", 1000)
+    path, old_bytes = old_file
+    with pytest.raises(ls.InvalidInputError, match="metadata too large.*JSON values"):
+        ls.save({"new": np.zeros(3)}, path, metadata={"history": list(range(1000))})
+    assert_old_file_intact(path, old_bytes)
+    ls.save({"new": np.zeros(3)}, path, metadata={"history": list(range(990))})
+    with ls.open(path) as ck:
+        assert ck.metadata["history"] == list(range(990))
+
+
 def test_writer_into_missing_folder(tmp_path):
     with pytest.raises(FileNotFoundError):
         ls.Writer(tmp_path / "no" / "such" / "model.lzy")

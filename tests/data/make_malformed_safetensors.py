@@ -51,6 +51,8 @@ CASES = {
     "offsets_not_pair": header_file({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8, 8]}}, DATA8),
     "offsets_reversed": header_file({"a": t(offsets=(8, 0))}, DATA8),
     "element_count_overflow": header_file({"a": t(shape=(1 << 32, 1 << 32, 1 << 32), offsets=(0, 8))}, DATA8),
+    # no elements, but numpy cannot build the shape: 2**61 float64s would take 2**64 bytes
+    "empty_tensor_too_large": header_file({"a": t(dtype="F64", shape=(0, 1 << 61), offsets=(0, 0))}),
     "size_mismatch": header_file({"a": t(shape=(3,), offsets=(0, 8))}, DATA8),
     # the data layout
     "offsets_not_from_zero": header_file({"a": t(offsets=(8, 16))}, DATA8 * 2),

@@ -75,10 +75,10 @@ def _empty_state():
 
 
 def _load_no_dist(path, **reader_options):
-    sd = _empty_state()
+    sd = _empty_state()  # step and extra: non-tensor items, unpickled by DCP (tests/dcp/test_storage.py)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dcp.load(sd, storage_reader=LazyStoreReader(path, **reader_options), no_dist=True)
+        dcp.load(sd, storage_reader=LazyStoreReader(path, allow_pickle=True, **reader_options), no_dist=True)
     return sd
 
 
@@ -136,6 +136,8 @@ def test_metadata_round_trips_through_json(saved):
     lambda d: d.update(version=True),
     lambda d: d["state_dict"]["model.w0"].update(dtype="object"),
     lambda d: d["state_dict"]["model.w0"].update(size=[1, -3]),
+    lambda d: d["state_dict"]["model.w0"].update(size=[2**61, 48]),  # float32: rule E8's bound
+    lambda d: d["state_dict"]["model.w0"].update(size=[0, 2**61], chunks=[]),  # no elements, still too big
     lambda d: d["state_dict"]["model.w0"]["chunks"][0].update(sizes=[999, 48]),
     lambda d: d["state_dict"]["model.w0"].update(evil=1),
     lambda d: d["storage"][0].update(file="../../etc/passwd"),
@@ -256,7 +258,7 @@ def test_single_process_save_overwrite_and_url(tmp_path):
             dcp.save(sd, storage_writer=LazyStoreWriter(path, compression="zstd"), no_dist=True)
             dcp.save(sd, storage_writer=LazyStoreWriter(path), no_dist=True)  # overwrites
             out = {"w": torch.zeros(4, 6), "b": torch.zeros(3, dtype=torch.bfloat16), "epoch": 0}
-            dcp.load(out, storage_reader=LazyStoreReader(path), no_dist=True)
+            dcp.load(out, storage_reader=LazyStoreReader(path, allow_pickle=True), no_dist=True)
             assert torch.equal(out["w"], sd["w"]) and torch.equal(out["b"], sd["b"]) and out["epoch"] == 3
         with pytest.raises(CheckpointException) as exc_info:
             dcp.save(sd, storage_writer=LazyStoreWriter(tmp_path / "local", overwrite=False), no_dist=True)
@@ -288,7 +290,7 @@ def test_save_without_collectives_writes_rank_metadata(tmp_path):
         dcp.save(sd, storage_writer=LazyStoreWriter(tmp_path), no_dist=True, use_collectives=False)
         assert sorted(os.listdir(tmp_path)) == ["metadata-rank-00000.lzy", rank_file(0)]
         out = {"w": torch.zeros(4, 6), "b": torch.zeros(3, dtype=torch.bfloat16), "epoch": 0}
-        dcp.load(out, storage_reader=LazyStoreReader(tmp_path), no_dist=True)
+        dcp.load(out, storage_reader=LazyStoreReader(tmp_path, allow_pickle=True), no_dist=True)
     assert torch.equal(out["w"], sd["w"]) and out["epoch"] == 3
 
 
@@ -301,7 +303,7 @@ def test_a_save_with_fewer_ranks_removes_the_older_saves_rank_files(saved, tmp_p
         warnings.simplefilter("ignore")
         dcp.save(sd, storage_writer=LazyStoreWriter(folder), no_dist=True)  # one rank now
         out = {"w": torch.zeros(4, 6), "b": torch.zeros(3, dtype=torch.bfloat16), "epoch": 0}
-        dcp.load(out, storage_reader=LazyStoreReader(folder), no_dist=True)
+        dcp.load(out, storage_reader=LazyStoreReader(folder, allow_pickle=True), no_dist=True)
     assert torch.equal(out["w"], sd["w"]) and out["epoch"] == 3
     assert sorted(os.listdir(folder)) == [METADATA_FILE, rank_file(0)]
 

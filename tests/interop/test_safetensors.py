@@ -130,6 +130,22 @@ def test_malformed_corpus_gives_format_error(path):
             stnp.load_file(str(path))
 
 
+def test_a_header_over_the_json_bounds_is_refused_both_ways(tmp_path, monkeypatch):
+    # The bounds of every JSON lazystore parses (docs/format.md §11.6), shrunk.
+    from lazystore._core import strict_json
+
+    path = tmp_path / "many.safetensors"
+    stnp.save_file({f"t{i}": np.zeros(1, np.float32) for i in range(100)}, str(path))
+    monkeypatch.setattr(strict_json, "MAX_VALUES", 500)  # each entry: ~11 values
+    with pytest.raises(ls.FormatError, match="header too large to read.*JSON values"):
+        ls.open(path)
+    with pytest.raises(ls.InvalidInputError, match="header too large.*JSON values"):
+        with st.SafetensorsWriter(tmp_path / "out.safetensors") as w:
+            for i in range(100):
+                w.add(f"t{i}", np.zeros(1, np.float32))
+    assert not (tmp_path / "out.safetensors").exists()
+
+
 def test_written_float8_loads_in_safetensors_torch(tmp_path):
     torch = pytest.importorskip("torch")
     from safetensors.torch import load_file

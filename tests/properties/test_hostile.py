@@ -601,6 +601,73 @@ def test_file_wide_rules_are_checked_on_open(parts, tmp_path, name):
     expect_open_rejected(tmp_path, parts.build())
 
 
+# --- metadata that would cost many times its size to parse ---------------------------
+# docs/format.md §11.6: readers refuse metadata over MAX_METADATA_BYTES or
+# MAX_METADATA_VALUES before parsing it. The bounds are shrunk here so that a
+# ~100 KiB blob stands for a 1 GiB one (tests/_core/test_strict_json.py checks
+# the real ones).
+
+SMALL_VALUES = 20_000
+
+
+def open_peak(path) -> tuple[Exception | None, int]:
+    def go():
+        ls.open(path).close()
+    return attempt(go)
+
+
+@pytest.mark.parametrize("element", [b"[]", b"{}", b'{"a":0}', b"[[]]", b"0"])
+def test_metadata_with_more_values_than_the_bound_is_refused_before_it_is_parsed(parts, tmp_path, monkeypatch,
+                                                                                  element):
+    from lazystore._core import strict_json
+
+    count = SMALL_VALUES  # each element adds at least one value: over the bound
+    parts.metadata = b'{"m":[' + b",".join([element] * count) + b"]}"
+    path = tmp_path / "meta.lzy"
+    path.write_bytes(parts.build())
+    # Unbounded (as before), the parse costs many times the blob ...
+    monkeypatch.setattr(strict_json, "MAX_VALUES", 10 * count)
+    err, parsed_peak = open_peak(path)
+    assert err is None
+    # ... bounded, ls.open refuses the file having read little more than the blob.
+    monkeypatch.setattr(strict_json, "MAX_VALUES", SMALL_VALUES)
+    err, peak = open_peak(path)
+    check_error(err, peak, "ls.open")
+    assert "JSON values" in str(err) and "§11.6" in str(err)
+    assert peak < 2 * len(parts.metadata) + (256 << 10), (peak, len(parts.metadata))
+    if element != b"0":  # small ints are shared objects: cheap to parse, cheap to refuse
+        assert parsed_peak > 5 * peak, (parsed_peak, peak)
+
+
+def test_metadata_longer_than_the_bound_is_refused(parts, tmp_path, monkeypatch):
+    from lazystore._core import strict_json
+
+    monkeypatch.setattr(strict_json, "MAX_BYTES", 1 << 16)
+    parts.metadata = b'{"s":"' + b"x" * (1 << 16) + b'"}'
+    path = tmp_path / "meta.lzy"
+    path.write_bytes(parts.build())
+    err, peak = open_peak(path)
+    check_error(err, peak, "ls.open")
+    assert "bytes of JSON" in str(err)
+
+
+def test_metadata_at_the_bound_reads(parts, tmp_path, monkeypatch):
+    from lazystore._core import strict_json
+
+    monkeypatch.setattr(strict_json, "MAX_VALUES", SMALL_VALUES)
+    # 1 + '{' + ':' + '[' + (n - 1) ',' + one ',' and ':' for "step" = n + 5 counted
+    n = SMALL_VALUES - 5
+    parts.metadata = b'{"m":[' + b",".join([b"1"] * n) + b'],"step":1}'
+    path = tmp_path / "meta.lzy"
+    path.write_bytes(parts.build())
+    with ls.open(path) as ck:
+        assert ck.metadata["m"] == [1] * n and ck.metadata["step"] == 1
+    parts.metadata = parts.metadata.replace(b"[1,", b"[1,1,")
+    path.write_bytes(parts.build())
+    with pytest.raises(ls.FormatError, match="JSON values"):
+        ls.open(path)
+
+
 @pytest.mark.parametrize("keys", [b"a\0m\0a\0z\0", b"a\0m\0z\0z\0"])
 def test_a_duplicated_name_is_refused_before_use(parts, tmp_path, keys):
     # Rule K3 is checked per key on lookup and for all keys when they are
@@ -694,23 +761,27 @@ def empty_parts(tmp_path) -> Parts:
 
 @pytest.mark.parametrize(
     "dims",
-    [[0, 2**61, 2**61], [0, 2**62 - 1, 8], [2**40, 0, 2**40, 2**40]],
-    ids=["0x2**61x2**61", "0x(2**62-1)x8", "2**40x0x2**40x2**40"],
+    [[0, 2**61, 2**61], [0, 2**62 - 1, 8], [2**40, 0, 2**40, 2**40], [0, 2**61], [2**60, 0], [0, 2**30, 2**30]],
+    ids=["0x2**61x2**61", "0x(2**62-1)x8", "2**40x0x2**40x2**40", "0x2**61", "2**60x0", "0x2**30x2**30"],
 )
 def test_empty_tensor_with_unrepresentable_shape(empty_parts, tmp_path, dims):
     # nbytes 0 is consistent with any shape holding a 0, but numpy cannot
-    # build an array whose other dimensions overflow: the file must be
-    # rejected (on open or on read) with FormatError, not a ValueError from numpy.
+    # build an array whose other dimensions, times the item size (float32
+    # here), reach 2**63: the file must be rejected (on open or on read) with
+    # FormatError, not a ValueError from numpy. Rule E8 bounds that product
+    # at 2**62, as for a tensor with elements.
     empty_parts.set_dims(0, dims)
     expect_rejected_somewhere(tmp_path, empty_parts.build())
 
 
-def test_empty_tensor_with_large_but_representable_shape(empty_parts, tmp_path):
-    empty_parts.set_dims(0, [0, 2**40])
+@pytest.mark.parametrize("dims", [[0, 2**40], [0, 2**60 - 1], [2**30, 0, 2**30 - 1]])
+def test_empty_tensor_with_large_but_representable_shape(empty_parts, tmp_path, dims):
+    empty_parts.set_dims(0, dims)  # float32: below 2**62 bytes, zeros counted as ones
     path = tmp_path / "empty.lzy"
     path.write_bytes(empty_parts.build())
     with ls.open(path) as ck:
-        assert ck["e"].shape == (0, 2**40)
+        assert ck["e"].shape == tuple(dims)
+        assert ck.get_slice("e")[...].shape == tuple(dims)
         assert ck.verify() == []
 
 

@@ -142,8 +142,7 @@ class SpecFile:
             dim_pos += ndim
             require(all(d < 1 << 62 for d in shape), "E7")
             elements = int(np.prod(shape, dtype=object)) if shape else 1
-            require(int(np.prod([max(d, 1) for d in shape], dtype=object)) < 1 << 62, "E8 (shape)")
-            require(elements * item < 1 << 62, "E8")
+            require(int(np.prod([max(d, 1) for d in shape], dtype=object)) * item < 1 << 62, "E8")
             require(nbytes == elements * item, "E9")
             require(axis < max(ndim, 1), "E10")
             L = shape[axis] if ndim else 1
