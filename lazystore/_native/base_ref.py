@@ -23,6 +23,12 @@ from lazystore._native import layout as fmt
 from lazystore.errors import FormatError
 
 BASE_KEY = "__lazystore_base__"
+# Most bases below one file that lazystore follows (and so the most it lets
+# a writer put below a file): one constant for the reader, ``ls.save(base=)``
+# and CheckpointManager's ``delta_depth``. A hostile file could claim any
+# chain; a cycle cannot be written (each file records its base's index
+# checksum, which covers that record).
+MAX_CHAIN = 64
 BASE_VERSION = 1
 DELTA_MINOR = 2  # the format minor version that added codec 2 and this member
 _HEX16 = re.compile(r"[0-9a-f]{16}")
