@@ -8,38 +8,15 @@ FormatError; a missing file stays FileNotFoundError.
 
 from __future__ import annotations
 
-import os
-import socket
-import stat
-
 import numpy as np
 import pytest
 
 import lazystore as ls
+from tests.sources.special_files import DEV_NULL, make_device, make_fifo, make_socket
 
 
-def _fifo(path):
-    os.mkfifo(path)
-
-
-def _device(path):
-    try:
-        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # as /dev/null
-    except OSError as exc:
-        pytest.skip(f"cannot make a device node here: {exc}")
-
-
-def _socket(path):
-    s = socket.socket(socket.AF_UNIX)
-    try:
-        s.bind(os.fspath(path))
-    except OSError as exc:
-        pytest.skip(f"cannot bind a unix socket here: {exc}")
-    finally:
-        s.close()
-
-
-@pytest.mark.parametrize("make, kind", [(_fifo, "a FIFO"), (_device, "a character device"), (_socket, "a socket")],
+@pytest.mark.parametrize("make, kind", [
+    (make_fifo, "a FIFO"), (lambda p: make_device(p, DEV_NULL), "a character device"), (make_socket, "a socket")],
                          ids=["fifo", "device", "socket"])
 @pytest.mark.parametrize("mmap", [True, False], ids=["mapped", "unmapped"])
 def test_a_path_that_is_no_regular_file_is_refused_naming_it(tmp_path, make, kind, mmap):

@@ -9,8 +9,6 @@ delta claims is bounded by its base before anything is allocated.
 from __future__ import annotations
 
 import os
-import socket
-import stat
 import sys
 import tracemalloc
 
@@ -20,6 +18,7 @@ import pytest
 import lazystore as ls
 from lazystore._native.base_ref import MAX_CHAIN
 from tests.properties.test_hostile import Parts
+from tests.sources.special_files import make_device, make_fifo, make_socket
 
 W = np.arange(4096, dtype=np.float32).reshape(64, 64) / 7
 
@@ -164,27 +163,6 @@ def _delta_of_a_base_named(tmp_path, make_base):
     return tmp_path / "c.lzy"
 
 
-def _fifo(path):
-    os.mkfifo(path)
-
-
-def _char_device(path):
-    try:
-        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 5))  # as /dev/zero
-    except (PermissionError, OSError) as exc:
-        pytest.skip(f"cannot make a device node here: {exc}")
-
-
-def _socket(path):
-    s = socket.socket(socket.AF_UNIX)
-    try:
-        s.bind(os.fspath(path))
-    except OSError as exc:
-        pytest.skip(f"cannot bind a unix socket here: {exc}")
-    finally:
-        s.close()
-
-
 def _folder(path):
     path.mkdir()
 
@@ -201,7 +179,7 @@ def _dangling_link(path):
 
 
 @pytest.mark.parametrize("make_base, why", [
-    (_fifo, "not a regular file"), (_char_device, "not a regular file"), (_socket, "not a regular file"),
+    (make_fifo, "not a regular file"), (make_device, "not a regular file"), (make_socket, "not a regular file"),
     (_folder, "not a regular file"), (_link_out_of_the_folder, "link out of the folder"),
     (_dangling_link, "missing"),
 ], ids=["fifo", "device", "socket", "folder", "link-out", "dangling-link"])
