@@ -11,11 +11,12 @@ the chain below them.
   :mod:`lazystore.sources.safe_files`: a regular file in the delta's
   folder, never a FIFO, a device or a link out of the folder, and for a URL
   never a name that asks for another object.
-- **Held.** Opening a local delta file opens its whole chain at once (an
-  index read per base, and a mapping each: no file descriptor), so a base
-  deleted or replaced afterwards (retention in the same process) does not
-  break the open view, as a plain file's view keeps its mapping. A remote
-  chain is opened when first needed.
+- **Held.** Opening a local delta file opens the files of its whole chain
+  at once (a mapping each, and of each index only the base's name), so a
+  base deleted or replaced afterwards (retention in the same process) does
+  not break the open view, as a plain file's view keeps its mapping. Each
+  base's index is read when the base is first needed, and a remote chain
+  is opened then too.
 - **Walked without recursion.** Opening, decoding and verifying follow the
   chain in loops, never one call per link, and never further than
   ``MAX_CHAIN`` bases: reading a legal chain does not depend on how deep
@@ -36,7 +37,7 @@ from __future__ import annotations
 import os
 import threading
 
-from lazystore._native.base_ref import MAX_CHAIN, BaseRef
+from lazystore._native.base_ref import MAX_CHAIN, BaseRef, peek_base_ref
 from lazystore._native.entry_rules import DELTA_CODEC
 from lazystore._native.index import Entry
 from lazystore.errors import BaseCheckpointError, ChecksumError, FormatError, TensorNotFoundError
@@ -57,15 +58,16 @@ def in_base(exc: ChecksumError, path: str) -> ChecksumError:
 
 
 class Link:
-    """One base of a chain: the file ``ref`` names beside ``of``, and its
-    view once opened."""
+    """One base of a chain: the file ``ref`` names beside ``of``; its source
+    while it is only held, its view once opened."""
 
-    __slots__ = ("of", "path", "ref", "view")
+    __slots__ = ("of", "path", "ref", "source", "view")
 
     def __init__(self, ref: BaseRef, of: str):
         self.ref = ref
         self.of = of
         self.path = sibling(of, ref.file)
+        self.source = None
         self.view = None
 
     def error(self, why: str) -> BaseCheckpointError:
@@ -85,50 +87,84 @@ class Link:
                              f"{entry.grid.axis}")
         return found
 
+    def drop(self) -> None:
+        """Let go of the file."""
+        if self.view is not None:
+            self.view.close()
+        elif self.source is not None:
+            self.source.close()
+        self.view = self.source = None
+
 
 class Chain:
-    """The bases below one opened file, nearest first, opened one after the
-    other as far as needed (all at once by :meth:`hold`).
+    """The bases below one opened file, nearest first: held by
+    :meth:`hold` (each file opened, its base's name peeked at), opened as
+    views one after the other as far as needed.
 
-    ``opener(link, below)`` opens the link's file as a view, reading
-    through ``below`` (the :class:`Bases` below it) for its own deltas;
-    FileNotFoundError, FormatError or OSError when it cannot."""
+    ``open_source(link)`` opens the link's file (FileNotFoundError,
+    FormatError or OSError when it cannot); ``open_view(source, below)``
+    reads it as a view whose own deltas decode through ``below`` (the
+    :class:`Bases` below it)."""
 
-    def __init__(self, location: str, ref: BaseRef, opener):
+    def __init__(self, location: str, ref: BaseRef, open_source, open_view):
         self.links = [Link(ref, location)]
-        self._opener = opener
+        self._open_source = open_source
+        self._open_view = open_view
         self._lock = threading.Lock()
+
+    def hold(self) -> None:
+        """Open every base's file now, as far as they open (a failure is
+        raised when the base is needed), so that deleting or replacing one
+        later changes nothing for the view. A file's index is not read
+        here, only the name of its base: holding costs a few reads of
+        mapped memory per base."""
+        with self._lock:
+            k = 0
+            while k < min(len(self.links), MAX_CHAIN):
+                link = self.links[k]
+                try:
+                    if link.view is None and link.source is None:
+                        link.source = self._open_source(link)
+                    below = (link.view._file.index.base if link.view is not None
+                             else peek_base_ref(link.source))
+                except (FormatError, OSError):
+                    return
+                if below is None:
+                    return
+                if len(self.links) == k + 1:
+                    self.links.append(Link(below, link.path))
+                k += 1
 
     def view(self, k: int):
         """The view of base ``k`` (0: the nearest), opening the bases up to
         it that are not open yet; BaseCheckpointError naming the first that
         cannot be. A base that could not be opened is tried again next time."""
         with self._lock:
+            links = self.links
             for j in range(k + 1):
-                link = self.links[j]
-                if link.view is None:
-                    link.view = self._open(j, link)
-                    below = link.view._file.index.base
-                    if below is not None and len(self.links) == j + 1:
-                        self.links.append(Link(below, link.view.name))
-            return self.links[k].view
-
-    def hold(self) -> None:
-        """Open every base now, as far as they open (a failure is raised
-        when the base is needed)."""
-        k = 0
-        try:
-            while k < len(self.links):
-                self.view(k)
-                k += 1
-        except BaseCheckpointError:
-            pass
+                link = links[j]
+                if link.view is not None:
+                    continue
+                link.view = self._open(j, link)
+                # Its validated index says what its base is: what the hold
+                # peeked at, but for a hostile file.
+                below = link.view._file.index.base
+                if len(links) > j + 1 and (below is None or links[j + 1].ref != below):
+                    for stale in links[j + 1 :]:
+                        stale.drop()
+                    del links[j + 1 :]
+                if below is not None and len(links) == j + 1:
+                    links.append(Link(below, link.path))
+            return links[k].view
 
     def _open(self, j: int, link: Link):
         if j >= MAX_CHAIN:
             raise link.error(f"is more than {MAX_CHAIN} bases down a chain (lazystore follows {MAX_CHAIN})")
+        source, link.source = link.source, None
         try:
-            view = self._opener(link, Bases(self, j + 1))
+            if source is None:
+                source = self._open_source(link)
+            view = self._open_view(source, Bases(self, j + 1))
         except FileNotFoundError:
             raise link.error("is missing") from None
         except (FormatError, OSError) as exc:
@@ -143,9 +179,7 @@ class Chain:
     def close(self) -> None:
         with self._lock:
             for link in self.links:
-                if link.view is not None:
-                    link.view.close()
-                    link.view = None
+                link.drop()
 
 
 class Bases:

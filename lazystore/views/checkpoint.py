@@ -59,9 +59,8 @@ class _File:
         # own, held from now on when the file is local.
         self.base = bases if index.base is not None else None
         if bases is None and index.base is not None:
-            mapped = source.mapped() is not None
-            opener = partial(_open_base, mmap=mapped)
-            self.base = Bases(Chain(source.name, index.base, opener), owner=True)
+            open_file = partial(_open_base_file, mmap=source.mapped() is not None)
+            self.base = Bases(Chain(source.name, index.base, open_file, _base_view), owner=True)
             if isinstance(source, LocalFile):
                 self.base.hold()
 
@@ -320,12 +319,17 @@ class CheckpointView(ViewBase):
             self._file.base.plan(entry)
 
 
-def _open_base(link: Link, below: Bases, *, mmap: bool) -> CheckpointView:
-    """A delta file's base: a lazystore file (never another format) beside
-    it, opened safely (see lazystore.sources.safe_files), reading its own
-    deltas through ``below``. Mapped, it needs no file descriptor: a chain
-    of 64 bases costs 64 mappings, not 64 descriptors."""
-    return CheckpointView(open_beside(link.of, link.ref.file, mmap=mmap, keep_fd=False), _bases=below)
+def _open_base_file(link: Link, *, mmap: bool) -> ByteSource:
+    """A delta file's base, opened safely beside it (see
+    lazystore.sources.safe_files). Mapped, it needs no file descriptor of
+    its own: a chain of 64 bases is held by 64 mappings."""
+    return open_beside(link.of, link.ref.file, mmap=mmap, keep_fd=False)
+
+
+def _base_view(source: ByteSource, below: Bases) -> CheckpointView:
+    """A base as a view: a lazystore file (never another format), whose own
+    deltas decode through ``below``."""
+    return CheckpointView(source, _bases=below)
 
 
 def _as_tensor(buf: np.ndarray, entry: Entry) -> np.ndarray:
