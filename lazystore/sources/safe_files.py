@@ -36,7 +36,7 @@ from lazystore.sources.local import OPEN_FLAGS, LocalFile, not_regular, refuse_u
 _NO_LINKS = OPEN_FLAGS | getattr(os, "O_NOFOLLOW", 0)
 # Characters a URL gives a meaning: an escape ("%2E%2E" is ".."), a query, a
 # fragment ("..?q=", "..#x" ask for ".."), a separator to some servers.
-_URL_SPECIAL = re.compile(r"[%?#\\;\x00-\x20\x7f]")
+_URL_SPECIAL = re.compile(r"[%?#\\;\x00-\x1f\x7f]")
 
 
 def open_in_folder(folder, name: str, *, mmap: bool = True, keep_fd: bool = True) -> LocalFile:
