@@ -309,7 +309,6 @@ class CheckpointView(ViewBase):
         self._file.reader.fill(entry, range(entry.chunk_count), buf, self._file.verify)
         return _as_tensor(buf, entry)
 
-
     def _bound(self, entry: Entry) -> None:
         """Before anything a delta tensor's size claims is allocated: its
         bases, down the chain, hold the same tensor (rule B2), so the size
@@ -321,8 +320,9 @@ class CheckpointView(ViewBase):
 
 def _open_base_file(link: Link, *, mmap: bool) -> ByteSource:
     """A delta file's base, opened safely beside it (see
-    lazystore.sources.safe_files). Mapped, it needs no file descriptor of
-    its own: a chain of 64 bases is held by 64 mappings."""
+    lazystore.sources.safe_files). Mapped, it keeps no descriptor beyond
+    its mapping's (none from Python 3.13): a chain of 64 bases is held by
+    64 mappings."""
     return open_beside(link.of, link.ref.file, mmap=mmap, keep_fd=False)
 
 

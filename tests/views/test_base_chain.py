@@ -214,6 +214,24 @@ def test_a_remote_base_name_never_asks_for_another_url(tmp_path, name):
         assert {r.path for r in server.requests} == {"/d/c.lzy"}
 
 
+def test_a_remote_chain_is_read_and_checked(tmp_path):
+    from lazystore.testing.rangeserver import RangeServer
+
+    paths = _series(tmp_path, 3)  # a raw keyframe: fetched, every byte is checked
+    files = {f"d/{p.name}": p.read_bytes() for p in paths}
+    with RangeServer(files) as server:
+        top = server.url(f"d/{paths[-1].name}")
+        with ls.open(top) as ck:
+            assert ck.base == server.url(f"d/{paths[1].name}")
+            assert ck["w"].tobytes() == _step(2)["w"].tobytes() and ck.verify() == []
+        damaged = bytearray(files["d/s000.lzy"])
+        with ls.open(paths[0]) as ck:
+            damaged[ck.info("w").offset + 7] ^= 0x20
+        server.files["d/s000.lzy"] = bytes(damaged)
+        with ls.open(top) as ck, pytest.raises(ls.ChecksumError, match=r"s000\.lzy"):
+            ck["w"]
+
+
 # -- an open view holds its bases --------------------------------------------------------------
 
 
