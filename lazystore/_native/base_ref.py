@@ -15,6 +15,7 @@ rewritten, no longer matches, and is refused by name rather than read.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import NamedTuple
 
@@ -23,6 +24,12 @@ from lazystore._native import layout as fmt
 from lazystore.errors import FormatError
 
 BASE_KEY = "__lazystore_base__"
+# Most bases below one file that lazystore follows (and so the most it lets
+# a writer put below a file): one constant for the reader, ``ls.save(base=)``
+# and CheckpointManager's ``delta_depth``. A hostile file could claim any
+# chain; a cycle cannot be written (each file records its base's index
+# checksum, which covers that record).
+MAX_CHAIN = 64
 BASE_VERSION = 1
 DELTA_MINOR = 2  # the format minor version that added codec 2 and this member
 _HEX16 = re.compile(r"[0-9a-f]{16}")
@@ -56,3 +63,32 @@ def parse_base_ref(value, where: str) -> BaseRef:
     if not (possible and fmt.INDEX_HEADER.size <= length <= fmt.MAX_INDEX_BYTES):
         raise bad(f"index_length {length!r} is not a possible index length")
     return BaseRef(name, int(checksum, 16), length)
+
+
+# The member as a writer puts it in the metadata: a flat object.
+_MEMBER = re.compile(rb'"' + BASE_KEY.encode() + rb'"\s*:\s*(\{[^{}]*\})')
+
+
+def peek_base_ref(source) -> BaseRef | None:
+    """The base a lazystore file names, found cheaply: the trailer, the
+    index header and the member in the metadata bytes, nothing parsed or
+    checked beyond them (an index read costs several times more). For
+    holding a chain of bases when a delta file is opened; the file's
+    validated index is what its base is decoded by, and a hostile file
+    that says otherwise there costs only the hold. FormatError when the
+    file is no lazystore file or the member is corrupt."""
+    size = source.size
+    trailer = fmt.decode_trailer(source.read(max(0, size - fmt.TRAILER.size), size), size)
+    end = trailer.index_offset + trailer.index_length
+    header = source.read(trailer.index_offset, trailer.index_offset + fmt.INDEX_HEADER.size)
+    metadata_nbytes = fmt.INDEX_HEADER.unpack_from(header)[6]
+    if metadata_nbytes > trailer.index_length - fmt.INDEX_HEADER.size:
+        raise FormatError("index metadata is longer than the index")
+    found = _MEMBER.search(source.read(end - metadata_nbytes, end))
+    if found is None:
+        return None
+    try:
+        value = json.loads(found.group(1))
+    except ValueError as exc:
+        raise FormatError(f"corrupt {BASE_KEY}: {exc}") from None
+    return parse_base_ref(value, source.name)

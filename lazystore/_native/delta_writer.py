@@ -25,11 +25,12 @@ import numpy as np
 
 from lazystore._core.dtypes import DtypeSpec
 from lazystore._core.parallel import run_all
-from lazystore._native.base_ref import BaseRef
+from lazystore._native.base_ref import MAX_CHAIN, BaseRef
 from lazystore.codecs import RAW, DeltaPlanes
 from lazystore.codecs.delta import word_size
-from lazystore.errors import InvalidInputError, TensorNotFoundError
-from lazystore.sources import local_path, open_source
+from lazystore.errors import ChecksumError, InvalidInputError, TensorNotFoundError
+from lazystore.sources import local_path, open_in_folder
+from lazystore.views.base_chain import in_base
 from lazystore.views.checkpoint import CheckpointView
 
 # A tensor is delta-coded only if its first chunk's delta is at least this
@@ -38,8 +39,12 @@ from lazystore.views.checkpoint import CheckpointView
 DELTA_MIN_SAVING = 0.1
 
 
-def check_beside(base, target) -> str:
-    """The local path of ``base``, which must be another file in ``target``'s folder."""
+def open_beside_target(base, target) -> CheckpointView:
+    """The view of ``base``, which must be another file in ``target``'s
+    folder, opened as a reader of the delta file will open it (see
+    lazystore.sources.safe_files): a regular file, by its name in the folder
+    (a link only to a file in the folder), and not the target itself, told
+    by device and inode (a link to the target would be replaced with it)."""
     base_path, target_path = local_path(base), local_path(target)
     if base_path is None or target_path is None:
         raise InvalidInputError("a delta checkpoint and its base must be local files")
@@ -50,17 +55,32 @@ def check_beside(base, target) -> str:
                                 "a delta file names its base by file name alone")
     if os.path.basename(base_path) == os.path.basename(target_path):
         raise InvalidInputError(f"{target_path} cannot be its own base")
-    return base_path
+    source = open_in_folder(os.path.dirname(target_path) or ".", os.path.basename(base_path))
+    try:
+        # lstat: saving replaces a link at the target, not the file it points to.
+        st = os.lstat(target_path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and (st.st_dev, st.st_ino) == source.identity:
+        source.close()
+        raise InvalidInputError(f"{target_path} cannot be its own base: {base_path} is the same file")
+    view = CheckpointView(source)
+    depth = view._file.base.depth if view._file.base is not None else 0
+    if depth >= MAX_CHAIN:
+        view.close()
+        raise InvalidInputError(f"the base {base_path} already has {depth} bases below it: a delta against it "
+                                f"would have more than the {MAX_CHAIN} lazystore reads (save it without base=, "
+                                "as a keyframe)")
+    return view
 
 
 class DeltaBase:
     """The base a writer codes against: open for the writer's lifetime."""
 
     def __init__(self, base, target, level: int | None):
-        path = check_beside(base, target)
-        self.view = CheckpointView(open_source(path))
+        self.view = open_beside_target(base, target)
         checksum, length = self.view._file.index.identity
-        self.ref = BaseRef(os.path.basename(path), checksum, length)
+        self.ref = BaseRef(os.path.basename(self.view.name), checksum, length)
         self.codec = DeltaPlanes(level)
         self.used = False  # did any tensor end up delta-coded?
 
@@ -99,7 +119,12 @@ class TensorDelta:
         places = dict(zip(ids, accumulate(sizes[:-1], initial=0)))
         buf = np.empty(sum(sizes), np.uint8)
         file = self.base.view._file
-        file.reader.fill(self.entry, ids, buf, False, places)
+        try:
+            # Checked, raw chunks too: a delta coded against damaged bytes
+            # could never be read back (its reader checks them).
+            file.reader.fill(self.entry, ids, buf, True, places)
+        except ChecksumError as exc:
+            raise in_base(exc, file.source.name) from None
         bases = [buf[places[c] : places[c] + n] for c, n in zip(ids, sizes)]
         code = partial(self.base.codec.encode_delta, planes=self.planes, word=self.word, is_float=self.is_float)
         encoded = run_all(lambda pair: code(*pair), [(np.asarray(chunk).reshape(-1).view(np.uint8), b)

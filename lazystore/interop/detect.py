@@ -51,7 +51,12 @@ def open_file(path, *, verify: bool = False, storage_options=None, mmap: bool = 
     unless ``mmap=False``; any fsspec URL: range requests). A local folder
     raises IsADirectoryError, told from the open file descriptor without a
     second lookup of the path."""
-    source = open_source(path, storage_options, mmap=mmap)
+    return open_view(open_source(path, storage_options, mmap=mmap), verify=verify)
+
+
+def open_view(source, *, verify: bool = False) -> CheckpointView:
+    """The view of an open source, in the format its content says; the
+    view owns the source (closed here if it is no checkpoint)."""
     try:
         _, reader = sniff(source)
     except BaseException:
@@ -60,4 +65,4 @@ def open_file(path, *, verify: bool = False, storage_options=None, mmap: bool = 
     return CheckpointView(source, verify=verify, index_reader=reader)
 
 
-__all__ = ["open_file", "sniff"]
+__all__ = ["open_file", "open_view", "sniff"]

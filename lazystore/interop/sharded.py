@@ -23,7 +23,8 @@ from lazystore._core import strict_json
 from lazystore._core.file_names import is_plain_file_name
 from lazystore._native import layout as fmt
 from lazystore.errors import FormatError
-from lazystore.interop.detect import open_file
+from lazystore.interop.detect import open_view
+from lazystore.sources import open_in_folder
 from lazystore.views.sharded import ShardedView
 
 INDEX_NAME = "lazystore.index.json"
@@ -109,16 +110,22 @@ def _open_shards(folder: Path, index_path: Path, index: dict, ours: bool, verify
     save_id = index.get("save_id") if ours else None
     files = list(dict.fromkeys(weight_map.values()))
     for f in files:
-        if not is_plain_file_name(f):
+        if not is_plain_file_name(f):  # said by name, before any is opened
             raise FormatError(f"{index_path}: corrupt index: shard {f!r} is not a file name in the folder")
     views: list = []
     owner: dict[str, object] = {}
     try:
-        for _i, f in enumerate(files):
+        for f in files:
             path = folder / f
-            if not path.is_file():
-                raise FormatError(f"{index_path}: shard {f} is missing")
-            view = open_file(path, verify=verify, mmap=mmap)
+            # By the name the index gives: a regular file in the folder,
+            # never a FIFO or a link out of it (see sources.safe_files).
+            try:
+                source = open_in_folder(folder, f, mmap=mmap)
+            except FileNotFoundError:
+                raise FormatError(f"{index_path}: shard {f} is missing") from None
+            except FormatError as exc:
+                raise FormatError(f"{index_path}: shard {f} cannot be read: {exc}") from None
+            view = open_view(source, verify=verify)
             views.append(view)
             if save_id is not None:
                 mark = view.system_metadata.get(SHARD_KEY)

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from lazystore import api
+from lazystore._native.base_ref import MAX_CHAIN
 from lazystore._native.writer import Writer
 from lazystore.codecs import codec_for
 from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
@@ -121,6 +122,8 @@ class CheckpointManager:
         self.delta = delta
         self.keyframe_every = _count("keyframe_every", keyframe_every)
         self.delta_depth = _count("delta_depth", delta_depth)
+        if self.delta_depth is None or self.delta_depth > MAX_CHAIN:  # a restore reads delta_depth bases
+            raise InvalidInputError(f"delta_depth must be an int from 1 to {MAX_CHAIN}, got {delta_depth!r}")
         self.directory = Path(os.fspath(directory))
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()

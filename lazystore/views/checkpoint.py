@@ -24,9 +24,9 @@ from lazystore._native.index import Entry, Index
 from lazystore._native.locate import read_index
 from lazystore.codecs import CODECS_BY_ID, RAW, DeltaPlanes
 from lazystore.errors import VerificationUnavailableError
-from lazystore.sources import ByteSource, open_source
+from lazystore.sources import ByteSource, LocalFile, open_beside
 from lazystore.views.base import TensorInfo, TensorSlice, ViewBase
-from lazystore.views.base_chain import BaseLink
+from lazystore.views.base_chain import Bases, Chain, Link
 from lazystore.views.chunk_reader import ChunkReader
 
 __all__ = ["CheckpointView", "TensorSlice"]
@@ -42,7 +42,7 @@ class _File:
 
     __slots__ = ("_reader", "base", "in_place", "index", "lock", "source", "verified", "verify", "version")
 
-    def __init__(self, source: ByteSource, index: Index, version: tuple, verify: bool, depth: int = 0):
+    def __init__(self, source: ByteSource, index: Index, version: tuple, verify: bool, bases: Bases | None = None):
         self.source = source
         self.index = index
         self.version = version
@@ -54,9 +54,15 @@ class _File:
             self.verified: set[int] = set()  # global ids of raw chunks already checked
             self.lock = threading.Lock()
         self._reader = None
-        # A delta file's base, opened when first needed (see base_chain).
-        self.base = None if index.base is None else BaseLink(
-            index.base, source.name, depth, partial(_open_base, verify=verify))
+        # A delta file's bases (see base_chain): a base's view reads through
+        # the rest of the chain it is in; an opened file gets a chain of its
+        # own, held from now on when the file is local.
+        self.base = bases if index.base is not None else None
+        if bases is None and index.base is not None:
+            open_file = partial(_open_base_file, mmap=source.mapped() is not None)
+            self.base = Bases(Chain(source.name, index.base, open_file, _base_view), owner=True)
+            if isinstance(source, LocalFile):
+                self.base.hold()
 
     @property
     def reader(self) -> ChunkReader:
@@ -79,7 +85,8 @@ class CheckpointView(ViewBase):
     out stay valid after closing. The contract is :class:`ViewBase`'s.
     """
 
-    def __init__(self, source: ByteSource, *, verify: bool = False, index_reader=read_index, _depth: int = 0):
+    def __init__(self, source: ByteSource, *, verify: bool = False, index_reader=read_index,
+                 _bases: Bases | None = None):
         """``index_reader(source)`` gives the source's validated
         :class:`~lazystore._native.index.Index` and format version:
         lazystore's own by default, another format's parser for foreign
@@ -90,7 +97,7 @@ class CheckpointView(ViewBase):
         except BaseException:
             source.close()
             raise
-        self._file = _File(source, index, version, verify, _depth)
+        self._file = _File(source, index, version, verify, _bases)
         # Names to positions: the index's KeyTable (or, once listed, its
         # dict: see __iter__), or a dict for a selection.
         self._table = index.keys
@@ -134,8 +141,8 @@ class CheckpointView(ViewBase):
     def base(self) -> str | None:
         """Where the base of a delta file (format 1.2) is: the file its
         delta tensors were coded against, beside it. None for other files."""
-        link = self._file.base
-        return None if link is None else link.path
+        bases = self._file.base
+        return None if bases is None else bases.path
 
     @property
     def _metadata(self) -> dict:
@@ -223,6 +230,7 @@ class CheckpointView(ViewBase):
                     # One numpy call per tensor: a view of the private mapping.
                     outputs[name] = ndarray(d.shape, d.dtype, private, entry.data_offset)
                     continue
+            self._bound(entry)
             buf = np.empty(entry.nbytes, dtype=np.uint8)
             jobs += reader.jobs(entry, range(entry.chunk_count), buf, verify)
             outputs[name] = None  # keeps the file's order
@@ -271,6 +279,7 @@ class CheckpointView(ViewBase):
             return raw_view[index]
         # Decoded chunk by chunk into a box the size of the selection, so a
         # slice of a tensor larger than memory is as cheap as the slice.
+        self._bound(entry)
         box = self._file.reader.read_box(entry, entry.grid.slice_plan(picks), self._file.verify)
         return box[rebase(index)]
 
@@ -295,15 +304,32 @@ class CheckpointView(ViewBase):
 
     def _decode(self, entry: Entry) -> np.ndarray:
         """The whole tensor, decoded (and checked) into a new array."""
+        self._bound(entry)
         buf = np.empty(entry.nbytes, dtype=np.uint8)
         self._file.reader.fill(entry, range(entry.chunk_count), buf, self._file.verify)
         return _as_tensor(buf, entry)
 
+    def _bound(self, entry: Entry) -> None:
+        """Before anything a delta tensor's size claims is allocated: its
+        bases, down the chain, hold the same tensor (rule B2), so the size
+        is that of a tensor a keyframe stores, which its file bounds (raw:
+        by its bytes; compressed: by rule C3). BaseCheckpointError if not."""
+        if entry.codec == DELTA_CODEC:
+            self._file.base.plan(entry)
 
-def _open_base(path: str, depth: int, *, verify: bool) -> CheckpointView:
-    """A delta file's base: a lazystore file (never another format), whose
-    own base is ``depth`` links down the chain."""
-    return CheckpointView(open_source(path), verify=verify, _depth=depth)
+
+def _open_base_file(link: Link, *, mmap: bool) -> ByteSource:
+    """A delta file's base, opened safely beside it (see
+    lazystore.sources.safe_files). Mapped, it keeps no descriptor beyond
+    its mapping's (none from Python 3.13): a chain of 64 bases is held by
+    64 mappings."""
+    return open_beside(link.of, link.ref.file, mmap=mmap, keep_fd=False)
+
+
+def _base_view(source: ByteSource, below: Bases) -> CheckpointView:
+    """A base as a view: a lazystore file (never another format), whose own
+    deltas decode through ``below``."""
+    return CheckpointView(source, _bases=below)
 
 
 def _as_tensor(buf: np.ndarray, entry: Entry) -> np.ndarray:

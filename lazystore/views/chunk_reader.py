@@ -54,24 +54,28 @@ class ChunkReader:
     def __init__(self, source: ByteSource, index: Index, base=None):
         self.source = source
         self.index = index
-        # The file's base (a BaseLink) when it holds delta chunks: their
-        # decoding starts from the base's bytes.
+        # The file's bases (a base_chain.Bases) when it holds delta chunks:
+        # their decoding starts from the base's bytes.
         self.base = base
         # Unmapped sources are fetched from (see the module's docstring).
         self.fetching = source.mapped() is None
         self.checked = index.checksums_known
 
-    def jobs(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool, places=None) -> list:
+    def jobs(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool, places=None, *,
+             onto_base: bool = False) -> list:
         """What :meth:`run` needs to fill ``out`` with the given chunks: tasks
         for a mapped source, fetches for any other. Jobs of several tensors
         may be run together.
 
         ``places`` maps each chunk id to where its decoded bytes go in
         ``out`` (default: where they lie in the tensor); chunks with
-        consecutive ids must lie back to back there too."""
+        consecutive ids must lie back to back there too.
+
+        ``onto_base``: ``out`` already holds the base's decoded bytes of the
+        (delta) chunks, which are added onto them (see :meth:`add_deltas`)."""
         if self.fetching:
-            return self._fetches(entry, chunk_ids, out, places)
-        return self.tasks(entry, chunk_ids, out, verify_raw, places)
+            return self._fetches(entry, chunk_ids, out, places, onto_base)
+        return self.tasks(entry, chunk_ids, out, verify_raw, places, onto_base=onto_base)
 
     def run(self, jobs: list) -> None:
         if self.fetching:
@@ -79,7 +83,8 @@ class ChunkReader:
         else:
             run_all(_call, jobs)
 
-    def tasks(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool, places=None) -> list:
+    def tasks(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool, places=None, *,
+              onto_base: bool = False) -> list:
         """Zero-argument callables that fill ``out`` (the tensor's decoded
         bytes as uint8) with the given chunks, in any order or thread.
 
@@ -92,10 +97,19 @@ class ChunkReader:
             return [partial(self._read_raw, entry, run, decoded_at[run[0]], places[run[0]], out, verify_raw)
                     for run in _raw_runs(ids, entry.decoded)]
         stored_at = entry.chunk_offsets()
-        return [partial(self._read_compressed, entry, c, stored_at[c], places[c], out) for c in ids]
+        use = self._apply if onto_base else self._decode_chunk
+        return [partial(self._read_compressed, use, entry, c, stored_at[c], places[c], out) for c in ids]
 
     def fill(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool, places=None) -> None:
         self.run(self.jobs(entry, chunk_ids, out, verify_raw, places))
+
+    def add_deltas(self, entry: Entry, chunk_ids, out: np.ndarray, places) -> None:
+        """Turn ``out``, holding the decoded bytes of the base chunks of
+        ``entry`` (a delta tensor) at ``places``, into the chunks' own: each
+        delta chunk read, checked and added on. This never reads the base:
+        :class:`~lazystore.views.base_chain.Bases` walks a chain with it,
+        one file after another, with no recursion."""
+        self.run(self.jobs(entry, chunk_ids, out, True, places, onto_base=True))
 
     def read_box(self, entry: Entry, plan: SlicePlan, verify_raw: bool) -> np.ndarray:
         """The elements a selection picks, in its ascending box (see
@@ -173,17 +187,22 @@ class ChunkReader:
                 self._check(target[lo : lo + entry.decoded[c]], entry, c)
                 lo += entry.decoded[c]
 
-    def _read_compressed(self, entry: Entry, c: int, stored_at: int, decoded_at: int, out) -> None:
+    def _read_compressed(self, use, entry: Entry, c: int, stored_at: int, decoded_at: int, out) -> None:
         blob = self.source.read(stored_at, stored_at + entry.stored[c])
         self._check(blob, entry, c)
-        self._decode_chunk(entry, c, decoded_at, out, blob)
+        use(entry, c, decoded_at, out, blob)
 
     def _decode_chunk(self, entry: Entry, c: int, decoded_at: int, out, blob) -> None:
         """Decode chunk ``c`` (already checked) into place in ``out``."""
-        target = out[decoded_at : decoded_at + entry.decoded[c]]
         if entry.codec == DELTA.id:
             # The base's bytes first (a BaseCheckpointError names the base), then the difference.
-            self.base.fill(entry, [c], target, {c: 0})
+            self.base.fill(entry, [c], out[decoded_at : decoded_at + entry.decoded[c]], {c: 0})
+        self._apply(entry, c, decoded_at, out, blob)
+
+    def _apply(self, entry: Entry, c: int, decoded_at: int, out, blob) -> None:
+        """Decode chunk ``c`` (checked) into place in ``out``; a delta chunk
+        onto the base's bytes already there."""
+        target = out[decoded_at : decoded_at + entry.decoded[c]]
         try:
             if entry.codec == DELTA.id:
                 DELTA.add_into(blob, target, entry.planes, word_size(entry.dtype))
@@ -194,12 +213,12 @@ class ChunkReader:
 
     # -- fetching from unmapped sources --------------------------------------------
 
-    def _fetches(self, entry: Entry, chunk_ids, out: np.ndarray, places=None) -> list:
+    def _fetches(self, entry: Entry, chunk_ids, out: np.ndarray, places=None, onto_base: bool = False) -> list:
         """``(start, stop, consume)`` for the chunks: ``consume(stored bytes)``
         checks them and puts their decoded bytes in place in ``out``."""
         stored_at = entry.chunk_offsets()
         decoded_at = entry.decoded_offsets() if places is None else places
-        use = self._take_raw if entry.codec == RAW.id else self._decode_chunk
+        use = self._take_raw if entry.codec == RAW.id else self._apply if onto_base else self._decode_chunk
         # One range per chunk: the source groups neighbours into requests of
         # the size that suits it (see its read_many).
         return [(stored_at[c], stored_at[c] + entry.stored[c],

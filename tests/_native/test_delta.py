@@ -315,3 +315,57 @@ def test_the_command_line_reads_delta_files(chain, capsys):
     paths[1].unlink()
     code, out, err = run(capsys, "verify", paths[2])
     assert code != 0 and "b.lzy" in out + err
+
+
+# -- what a base can be ------------------------------------------------------------------------
+
+
+def test_a_link_to_the_target_is_not_a_base(tmp_path):
+    ls.save({"a": np.zeros(3)}, tmp_path / "t.lzy")
+    os.symlink("t.lzy", tmp_path / "link.lzy")
+    with pytest.raises(ls.InvalidInputError, match="its own base"):
+        ls.save({"a": np.ones(3)}, tmp_path / "t.lzy", base=tmp_path / "link.lzy")
+    assert ls.load(tmp_path / "t.lzy")["a"].tolist() == [0, 0, 0]  # the old checkpoint is kept
+    assert sorted(os.listdir(tmp_path)) == ["link.lzy", "t.lzy"]
+
+
+def test_a_base_a_reader_would_refuse_is_refused_before_writing(tmp_path):
+    (tmp_path / "out").mkdir()
+    ls.save({"a": np.zeros(3)}, tmp_path / "out" / "a.lzy")
+    os.symlink(tmp_path / "out" / "a.lzy", tmp_path / "link.lzy")  # a link out of the folder
+    os.mkfifo(tmp_path / "fifo.lzy")
+    with pytest.raises(ls.FormatError, match="link out of the folder"):
+        ls.save({"a": np.ones(3)}, tmp_path / "b.lzy", base=tmp_path / "link.lzy")
+    with pytest.raises(ls.FormatError, match="not a regular file"):  # never a hang
+        ls.save({"a": np.ones(3)}, tmp_path / "b.lzy", base=tmp_path / "fifo.lzy")
+    assert sorted(os.listdir(tmp_path)) == ["fifo.lzy", "link.lzy", "out"]
+
+
+def test_a_base_already_at_the_chain_limit_is_refused_before_writing(tmp_path):
+    from lazystore._native.base_ref import MAX_CHAIN
+
+    a = {"w": _trained_like((8, 64))}
+    paths = [tmp_path / f"s{k:02d}.lzy" for k in range(MAX_CHAIN + 2)]
+    ls.save(a, paths[0], compression="zstd")
+    for k in range(1, MAX_CHAIN + 1):
+        a = {"w": _nudged(a["w"], seed=k)}
+        ls.save(a, paths[k], compression="zstd", base=paths[k - 1])
+    with ls.open(paths[MAX_CHAIN]) as ck:  # the longest chain: it reads back
+        assert ck["w"].tobytes() == a["w"].tobytes() and ck.info("w").compression == "delta"
+    with pytest.raises(ls.InvalidInputError, match=rf"s{MAX_CHAIN}\.lzy already has {MAX_CHAIN} bases"):
+        ls.save(a, paths[-1], compression="zstd", base=paths[MAX_CHAIN])
+    assert not paths[-1].exists() and len(os.listdir(tmp_path)) == MAX_CHAIN + 1
+    ls.save(a, paths[-1], compression="zstd", base=paths[MAX_CHAIN - 1])  # one link shorter: fine
+
+
+def test_a_damaged_raw_base_fails_the_save_not_the_later_read(tmp_path):
+    a = {"w": _trained_like((64, 256))}
+    ls.save(a, tmp_path / "a.lzy")  # raw
+    with ls.open(tmp_path / "a.lzy") as ck:
+        offset = ck.info("w").offset
+    with open(tmp_path / "a.lzy", "r+b") as f:
+        f.seek(offset + 5)
+        f.write(b"\x7f")
+    with pytest.raises(ls.ChecksumError, match=r"a\.lzy"):
+        ls.save({"w": _nudged(a["w"])}, tmp_path / "b.lzy", base=tmp_path / "a.lzy")
+    assert not (tmp_path / "b.lzy").exists()

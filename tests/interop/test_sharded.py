@@ -150,3 +150,35 @@ def test_duplicate_tensor_across_shards(tmp_path):
     (folder / sharded.HF_INDEX_NAME).write_text(json.dumps({"weight_map": weight_map}))
     with pytest.raises(ls.FormatError):
         ls.open(folder)
+
+
+@pytest.mark.parametrize("make", ["fifo", "folder", "link-out"])
+def test_a_shard_is_opened_only_as_a_regular_file_in_the_folder(tmp_path, make):
+    import os
+
+    folder = tmp_path / "ckpt"
+    ls.save(tensors(), folder, max_shard_size=40_000)
+    shard = folder / shards(folder)[1]
+    if make == "fifo":
+        shard.unlink()
+        os.mkfifo(shard)  # a plain open would wait for a writer forever
+    elif make == "folder":
+        shard.unlink()
+        shard.mkdir()
+    else:
+        shard.rename(tmp_path / shard.name)
+        shard.symlink_to(tmp_path / shard.name)
+    why = "link out of the folder" if make == "link-out" else "not a regular file"
+    with pytest.raises(ls.FormatError, match=rf"shard {shard.name} cannot be read: .*{why}"):
+        ls.open(folder)
+
+
+def test_a_shard_linked_within_the_folder_is_read(tmp_path):
+    ref = tensors()
+    folder = tmp_path / "ckpt"
+    ls.save(ref, folder, max_shard_size=40_000)
+    shard = folder / shards(folder)[1]
+    shard.rename(folder / "moved.bin")
+    shard.symlink_to("moved.bin")
+    with ls.open(folder) as ck:
+        assert all(same(ck[n], ref[n]) for n in ref)
