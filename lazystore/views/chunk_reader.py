@@ -24,9 +24,10 @@ from itertools import accumulate
 import numpy as np
 
 from lazystore._core.batching import batch_by_bytes
-from lazystore._core.checksum import all_zero, check
+from lazystore._core.checksum import all_zero, check, digest
 from lazystore._core.chunking import SlicePlan
 from lazystore._core.parallel import run_all
+from lazystore._core.scratch import scratch
 from lazystore._native.index import Entry, Index
 from lazystore.codecs import CODECS_BY_ID, RAW
 from lazystore.codecs.delta import word_size
@@ -46,7 +47,8 @@ FETCH_BATCH_BYTES = 64 << 20
 PART_BATCH_BYTES = 16 << 20
 DELTA = CODECS_BY_ID[2]
 # verify() of a mapped file checks tensors in pool tasks of about this many
-# stored bytes (one task each for tensors at least this large).
+# stored bytes (one task each for tensors at least this large); a verified
+# load's checks of raw chunks are tasks of about this many bytes too.
 VERIFY_BATCH_BYTES = 4 << 20
 
 
@@ -115,20 +117,53 @@ class ChunkReader:
                 box[dst] = chunk[src]
         return box
 
-    def check_stored(self, entry: Entry, chunk_ids) -> None:
-        """Raise ChecksumError unless the given stored chunks match."""
+    def check_stored(self, entry: Entry, chunk_ids, *, decode: bool = False) -> None:
+        """Raise ChecksumError unless the given stored chunks match; with
+        ``decode``, FormatError unless each compressed one also decodes."""
         stored_at = entry.chunk_offsets()
         for c in chunk_ids:
             start = stored_at[c]
-            self._check(self.source.read(start, start + entry.stored[c]), entry, c)
+            blob = self.source.read(start, start + entry.stored[c])
+            self._check(blob, entry, c)
+            if decode and entry.codec != RAW.id:
+                self._decodes(entry, c, blob)
 
     def stored_ok(self, entry: Entry) -> bool:
-        """Do all the tensor's stored chunks and its padding match the index?"""
+        """Do all the tensor's stored chunks and its padding match the index,
+        and does every compressed chunk decode?"""
         try:
-            self.check_stored(entry, range(entry.chunk_count))
-        except ChecksumError:
+            self.check_stored(entry, range(entry.chunk_count), decode=True)
+        except FormatError:  # a ChecksumError, or bytes that match and still do not decode
             return False
         return all_zero(self.source.read(entry.data_offset + entry.stored_nbytes, entry.padding_end))
+
+    def check_tasks(self, entries: list[Entry], mapping) -> list:
+        """Zero-argument callables that raise ChecksumError unless the raw
+        ``entries``' stored chunks match, hashed in ``mapping`` (a map of
+        the whole file): ``load`` hashes the private mapping its arrays
+        view, so the pages it faults in are the ones handed out. Each task
+        hashes about ``VERIFY_BATCH_BYTES``: many small tensors share one,
+        a big tensor's chunks are spread over several. A file that records
+        no checksums gets none."""
+        entries = [e for e in entries if e.decoded]  # an empty tensor has no chunk
+        if not self.checked or not entries:
+            return []
+        # Every chunk of every entry, flat: its tensor, stored range and checksum.
+        counts = np.fromiter((len(e.decoded) for e in entries), np.int64, len(entries))
+        owner = np.repeat(np.arange(len(entries)), counts)
+        starts_at = np.cumsum(counts) - counts
+        local = np.arange(int(counts.sum())) - np.repeat(starts_at, counts)
+        ids = np.repeat(np.fromiter((e.first_chunk for e in entries), np.int64, len(entries)), counts) + local
+        lengths = self.index.chunks["stored_nbytes"][ids].astype(np.int64)
+        # Raw chunks lie back to back from their tensor's data offset.
+        ends = np.cumsum(lengths)
+        before = ends - lengths - np.repeat((ends - lengths)[starts_at], counts)
+        starts = np.repeat(np.fromiter((e.data_offset for e in entries), np.int64, len(entries)), counts) + before
+        chunks = _FlatChunks(entries, owner, local, starts, starts + lengths, self.index.chunks["checksum"][ids])
+        bounds = np.searchsorted(ends, np.arange(VERIFY_BATCH_BYTES, int(ends[-1]) if len(ends) else 0,
+                                                 VERIFY_BATCH_BYTES), side="right")
+        edges = [0, *dict.fromkeys(bounds.tolist()), len(ids)]
+        return [partial(chunks.check, mapping, a, b) for a, b in zip(edges, edges[1:]) if b > a]
 
     def stored_ok_many(self, entries: list[Entry]) -> list[bool]:
         """:meth:`stored_ok` of each tensor; an unmapped source is fetched
@@ -184,6 +219,19 @@ class ChunkReader:
         if entry.codec == DELTA.id:
             # The base's bytes first (a BaseCheckpointError names the base), then the difference.
             self.base.fill(entry, [c], target, {c: 0})
+        self._decode_onto(entry, c, target, blob)
+
+    def _decodes(self, entry: Entry, c: int, blob) -> None:
+        """Decode checked compressed chunk ``c`` into this thread's scratch
+        memory, only to prove it decodes (FormatError if not). A delta
+        chunk is decoded onto whatever the scratch holds: whether its bytes
+        decode does not depend on the base's, whose own chunks are checked
+        by the base's ``verify`` (see ``BaseLink.failing``)."""
+        self._decode_onto(entry, c, scratch("verify decode", entry.decoded[c]), blob)
+
+    def _decode_onto(self, entry: Entry, c: int, target, blob) -> None:
+        """Decode checked chunk ``c`` into ``target``, which holds the base's
+        decoded bytes of the chunk when it is a delta."""
         try:
             if entry.codec == DELTA.id:
                 DELTA.add_into(blob, target, entry.planes, word_size(entry.dtype))
@@ -232,8 +280,10 @@ class ChunkReader:
 
     def _note_checksum(self, ok: list, k: int, entry: Entry, c: int, stored_at: int, blob) -> None:
         try:
-            self._intact(entry, c, stored_at, blob)
-        except ChecksumError:
+            blob = self._intact(entry, c, stored_at, blob)
+            if entry.codec != RAW.id:
+                self._decodes(entry, c, blob)
+        except FormatError:  # as in stored_ok
             ok[k] = False
 
     def _note_zeros(self, ok: list, k: int, start: int, blob) -> None:
@@ -264,6 +314,27 @@ class ChunkReader:
 
 def _what(entry: Entry, c: int) -> str:
     return f"tensor {entry.name!r} chunk {c}"
+
+
+class _FlatChunks:
+    """The chunks of many raw tensors as flat arrays (see
+    ``ChunkReader.check_tasks``): a position's tensor (an index into
+    ``entries``), its chunk number there, its stored range and checksum."""
+
+    __slots__ = ("checksums", "entries", "local", "owner", "starts", "stops")
+
+    def __init__(self, entries, owner, local, starts, stops, checksums):
+        self.entries, self.owner, self.local = entries, owner, local
+        self.starts, self.stops, self.checksums = starts, stops, checksums
+
+    def check(self, mapping, a: int, b: int) -> None:
+        """Raise ChecksumError unless chunks ``a`` to ``b`` match, hashed in ``mapping``."""
+        expected = self.checksums[a:b].tolist()
+        for k, (start, stop) in enumerate(zip(self.starts[a:b].tolist(), self.stops[a:b].tolist())):
+            if digest(mapping[start:stop]) != expected[k]:
+                i = a + k
+                entry = self.entries[int(self.owner[i])]
+                check(mapping[start:stop], expected[k], _what(entry, int(self.local[i])))  # raises, naming it
 
 
 def _call(task) -> None:
