@@ -56,11 +56,13 @@ def _grid(header: list[str], rows: list[list[str]]) -> str:
 def table(results: list[Result]) -> str:
     """The targets (lazystore vs anchor, same run), then the informational rows."""
     targets = [r for r in results if r.target is not None]
-    others = [r for r in results if r.target is None and r.group not in ("remote", "dcp", "background", "delta")]
+    others = [r for r in results if r.target is None
+              and r.group not in ("remote", "dcp", "background", "delta", "verify")]
     remote = [r for r in results if r.group == "remote"]
     dcp = [r for r in results if r.group == "dcp"]
     background = [r for r in results if r.group == "background"]
     delta = [r for r in results if r.group == "delta" and r.target is None]
+    verify = [r for r in results if r.group == "verify"]
     main = _grid(
         ["measure", "lazystore", "anchor", "ratio", "target", "result"],
         [[f"{r.title} (vs {r.anchor_label})", figure(r, r.ours), figure(r, r.anchor),
@@ -83,6 +85,9 @@ def table(results: list[Result]) -> str:
         text += "\n" + background_table(background) + "\n"
     if delta:
         text += "\n" + delta_table(delta) + "\n"
+    if verify:
+        text += "\n" + _ratio_table("checking on load (no target)", "measured", "compared with", verify,
+                                    title=lambda r: f"{r.title} [{r.subject} / {r.anchor_label}]") + "\n"
     return text
 
 
