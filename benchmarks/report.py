@@ -36,6 +36,14 @@ def figure(r: Result, value: float | None) -> str:
     return f"{value:.3f}x"
 
 
+def ratio_line(r: Result) -> str:
+    """A timed row on one line, with the spread of its per-round ratios (for
+    a measure run alone)."""
+    ratios = sorted(a / b for a, b in zip(*r.samples.values()))
+    return (f"{r.name}: {r.ours * 1e3:.1f} ms vs {r.anchor * 1e3:.1f} ms, ratio {r.ratio:.3f} "
+            f"(per round {ratios[0]:.3f}-{ratios[-1]:.3f}, {len(ratios)} rounds)")
+
+
 def target_text(r: Result) -> str:
     t = r.target
     if t is None:

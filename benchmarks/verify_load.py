@@ -34,7 +34,7 @@ from pathlib import Path
 
 import xxhash
 
-from . import anchors, workloads
+from . import anchors, report, workloads
 from .measures import Result, size_label, timed
 from .timing import compare
 from .torch_api import _touch
@@ -113,14 +113,10 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="lazystore-verify-") as folder:
         tensors = workloads.blocks(scale.blocks)
         nbytes = workloads.nbytes(tensors)
-        paths = {"lzy": Path(folder) / "blocks.lzy", "safetensors": Path(folder) / "blocks.safetensors"}
-        anchors.ls_save(tensors, paths["lzy"])
-        anchors.st_save(tensors, paths["safetensors"])
+        paths = workloads.lzy_and_safetensors(tensors, folder, "blocks")
         del tensors
         for r in measure(paths["lzy"], paths["safetensors"], nbytes, args.reps):
-            ratios = sorted(a / b for a, b in zip(*r.samples.values()))
-            print(f"{r.name}: {r.ours * 1e3:.1f} ms vs {r.anchor * 1e3:.1f} ms, ratio {r.ratio:.3f} "
-                  f"(per round {ratios[0]:.3f}-{ratios[-1]:.3f}, {len(ratios)} rounds)")
+            print(report.ratio_line(r))
     return 0
 
 
