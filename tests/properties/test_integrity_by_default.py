@@ -128,6 +128,20 @@ def test_nested_state_and_sharded_folders_load_checked(tmp_path):
     assert ls.load(folder, verify=False)["w"].tobytes() == _flipped_w().tobytes()
 
 
+def test_safetensors_written_by_lazystore_load_checked(tmp_path):
+    # Such a file carries its checksums in its header: loads check them too.
+    from lazystore.interop import to_safetensors
+
+    clean = tmp_path / "clean.lzy"
+    ls.save({"w": W}, clean)
+    path = tmp_path / "model.safetensors"
+    to_safetensors(clean, path)
+    assert np.array_equal(ls.load(path)["w"], W)
+    _flip(path, "w")
+    _raises_naming_w(lambda: ls.load(path))
+    assert ls.load(path, verify=False)["w"].tobytes() == _flipped_w().tobytes()
+
+
 def test_files_without_checksums_still_load(tmp_path):
     # A safetensors file lazystore did not write records no checksums: the
     # default cannot check it and does not refuse it (verify() says so).
