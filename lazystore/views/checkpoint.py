@@ -217,20 +217,21 @@ class CheckpointView(ViewBase):
         storage the chunks of all the tensors are fetched together:
         neighbouring ranges merged, requests sent concurrently.
         """
-        names, entries = self._named_entries(keys)
+        names, positions = self._named_positions(keys)
         file = self._file
+        entries = file.index.entries_of(positions)
         reader = file.reader
         verify = verify or file.verify
         private = None
         outputs, decoded, viewed, jobs = {}, [], [], []
         ndarray = np.ndarray
-        for name, entry in zip(names, entries):
+        for name, pos, entry in zip(names, positions, entries):
             d = entry.described
             if d.codec == RAW_ID:
                 if private is None:
                     private = file.source.private_mapping() or False
                 if private:
-                    viewed.append(entry)
+                    viewed.append(pos)
                     # One numpy call per tensor: a view of the private mapping.
                     outputs[name] = ndarray(d.shape, d.dtype, private, entry.data_offset)
                     continue
@@ -269,11 +270,16 @@ class CheckpointView(ViewBase):
     def _named_entries(self, keys) -> tuple[list[str], list[Entry]]:
         """The names ``keys`` asks for (as :meth:`_wanted`) and their entries,
         checked in bulk."""
+        names, positions = self._named_positions(keys)
+        return names, self._file.index.entries_of(positions)
+
+    def _named_positions(self, keys) -> tuple[list[str], range | list[int]]:
+        """The names ``keys`` asks for (as :meth:`_wanted`) and their positions in the index."""
         names = self._wanted(keys)
         if self._whole and keys is None:  # listed in index order: positions 0, 1, 2...
-            return names, self._file.index.entries_of(range(len(names)))
+            return names, range(len(names))
         table = self._table
-        return names, self._file.index.entries_of([table[n] for n in names])
+        return names, [table[n] for n in names]
 
     def _read_part(self, entry: Entry, index, picks: list[range]):
         """``get_slice(...)[index]``: only the chunks holding ``picks``."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from functools import partial
 from itertools import accumulate
-from operator import attrgetter
 
 import numpy as np
 
@@ -51,9 +50,6 @@ DELTA = CODECS_BY_ID[2]
 # stored bytes (one task each for tensors at least this large); a verified
 # load's checks of raw chunks are tasks of about this many bytes too.
 VERIFY_BATCH_BYTES = 4 << 20
-_DECODED = attrgetter("described.decoded")
-_FIRST_CHUNK = attrgetter("first_chunk")
-_DATA_OFFSET = attrgetter("data_offset")
 
 
 class ChunkReader:
@@ -66,6 +62,7 @@ class ChunkReader:
         # Unmapped sources are fetched from (see the module's docstring).
         self.fetching = source.mapped() is None
         self.checked = index.checksums_known
+        self._first_chunks = None  # see _chunk_starts
 
     def jobs(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool, places=None) -> list:
         """What :meth:`run` needs to fill ``out`` with the given chunks: tasks
@@ -141,35 +138,45 @@ class ChunkReader:
             return False
         return all_zero(self.source.read(entry.data_offset + entry.stored_nbytes, entry.padding_end))
 
-    def check_tasks(self, entries: list[Entry], mapping) -> list:
-        """Zero-argument callables that raise ChecksumError unless the raw
-        ``entries``' stored chunks match, hashed in ``mapping`` (a map of
+    def check_tasks(self, positions: range | list[int], mapping) -> list:
+        """Zero-argument callables that raise ChecksumError unless the stored
+        chunks of the raw tensors at ``positions`` in the index (their
+        entries already validated) match, hashed in ``mapping`` (a map of
         the whole file): ``load`` hashes the private mapping its arrays
         view, so the pages it faults in are the ones handed out. Each task
         hashes about ``VERIFY_BATCH_BYTES``: many small tensors share one,
         a big tensor's chunks are spread over several. A file that records
-        no checksums gets none."""
-        if not self.checked or not entries:
+        no checksums gets none.
+
+        The chunks are laid out flat from the index's own arrays, with no
+        Python call per tensor: a load of 100,000 tiny tensors pays for
+        hashing them and little else."""
+        if not self.checked or not len(positions):
             return []
-        # Every chunk of every entry, flat: its tensor, stored range and
-        # checksum, in numpy (a load of 100,000 tiny tensors pays no Python
-        # call per tensor beyond the attribute fetches).
-        n = len(entries)
-        counts = np.fromiter(map(len, map(_DECODED, entries)), np.int64, n)  # 0 for an empty tensor
-        owner = np.repeat(np.arange(n), counts)
+        pos = np.fromiter(positions, np.int64, len(positions))
+        table = self.index.entries
+        counts = table["chunk_count"][pos].astype(np.int64)  # 0 for an empty tensor
+        owner = np.repeat(pos, counts)
         first_of = np.repeat(np.cumsum(counts) - counts, counts)  # the flat place of each one's chunk 0
         local = np.arange(len(owner)) - first_of
-        ids = np.fromiter(map(_FIRST_CHUNK, entries), np.int64, n)[owner] + local
+        ids = self._chunk_starts()[owner] + local
         lengths = self.index.chunks["stored_nbytes"][ids].astype(np.int64)
         ends = np.cumsum(lengths)
         begins = ends - lengths
         # Raw chunks lie back to back from their tensor's data offset.
-        starts = np.fromiter(map(_DATA_OFFSET, entries), np.int64, n)[owner] + begins - begins[first_of]
-        chunks = _FlatChunks(entries, owner, local, starts, starts + lengths, self.index.chunks["checksum"][ids])
+        starts = table["data_offset"][owner].astype(np.int64) + begins - begins[first_of]
+        chunks = _FlatChunks(self.index, owner, local, starts, starts + lengths, self.index.chunks["checksum"][ids])
         total = int(ends[-1]) if len(ends) else 0
         bounds = np.searchsorted(ends, np.arange(VERIFY_BATCH_BYTES, total, VERIFY_BATCH_BYTES), side="right")
         edges = [0, *dict.fromkeys(bounds.tolist()), len(ids)]
         return [partial(chunks.check, mapping, a, b) for a, b in zip(edges, edges[1:]) if b > a]
+
+    def _chunk_starts(self) -> np.ndarray:
+        """The index's number of each tensor's chunk 0 (made once per file)."""
+        if self._first_chunks is None:
+            counts = self.index.entries["chunk_count"].astype(np.int64)
+            self._first_chunks = np.cumsum(counts) - counts
+        return self._first_chunks
 
     def stored_ok_many(self, entries: list[Entry]) -> list[bool]:
         """:meth:`stored_ok` of each tensor; an unmapped source is fetched
@@ -324,23 +331,26 @@ def _what(entry: Entry, c: int) -> str:
 
 class _FlatChunks:
     """The chunks of many raw tensors as flat arrays (see
-    ``ChunkReader.check_tasks``): a position's tensor (an index into
-    ``entries``), its chunk number there, its stored range and checksum."""
+    ``ChunkReader.check_tasks``): each one's tensor (its position in
+    ``index``), its chunk number there, its stored range and checksum."""
 
-    __slots__ = ("checksums", "entries", "local", "owner", "starts", "stops")
+    __slots__ = ("checksums", "index", "local", "owner", "starts", "stops")
 
-    def __init__(self, entries, owner, local, starts, stops, checksums):
-        self.entries, self.owner, self.local = entries, owner, local
+    def __init__(self, index: Index, owner, local, starts, stops, checksums):
+        self.index, self.owner, self.local = index, owner, local
         self.starts, self.stops, self.checksums = starts, stops, checksums
 
     def check(self, mapping, a: int, b: int) -> None:
         """Raise ChecksumError unless chunks ``a`` to ``b`` match, hashed in ``mapping``."""
-        expected = self.checksums[a:b].tolist()
-        for k, (start, stop) in enumerate(zip(self.starts[a:b].tolist(), self.stops[a:b].tolist())):
-            if digest(mapping[start:stop]) != expected[k]:
-                i = a + k
-                entry = self.entries[int(self.owner[i])]
-                check(mapping[start:stop], expected[k], _what(entry, int(self.local[i])))  # raises, naming it
+        # Sliced and hashed by C-level maps: no Python bytecode per chunk.
+        ranges = map(slice, self.starts[a:b].tolist(), self.stops[a:b].tolist())
+        actual = np.fromiter(map(digest, map(mapping.__getitem__, ranges)), np.uint64, b - a)
+        bad = np.flatnonzero(actual != self.checksums[a:b])
+        if len(bad):
+            i = a + int(bad[0])
+            entry = self.index.entry(int(self.owner[i]))
+            check(mapping[int(self.starts[i]) : int(self.stops[i])], int(self.checksums[i]),
+                  _what(entry, int(self.local[i])))  # raises, naming it
 
 
 def _call(task) -> None:
