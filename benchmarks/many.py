@@ -24,7 +24,7 @@ import tempfile
 from functools import partial
 from pathlib import Path
 
-from . import anchors, workloads
+from . import anchors, report, workloads
 from .measures import Result, Target, timed
 from .timing import compare
 
@@ -62,16 +62,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     count = workloads.FULL.tiny
     with tempfile.TemporaryDirectory(prefix="lazystore-many-") as folder:
-        tensors = workloads.tiny(count)
-        paths = {"lzy": Path(folder) / "tiny.lzy", "safetensors": Path(folder) / "tiny.safetensors"}
-        anchors.ls_save(tensors, paths["lzy"])
-        anchors.st_save(tensors, paths["safetensors"])
-        del tensors
+        paths = workloads.lzy_and_safetensors(workloads.tiny(count), folder, "tiny")
         workloads.warm(list(paths.values()))
         for r in measure(paths["lzy"], paths["safetensors"], count, args.reps):
-            ratios = sorted(a / b for a, b in zip(*r.samples.values()))
-            print(f"{r.name}: {r.ours * 1e3:.1f} ms vs {r.anchor * 1e3:.1f} ms, ratio {r.ratio:.3f} "
-                  f"(per round {ratios[0]:.3f}-{ratios[-1]:.3f}; target <= {TARGET}: {r.status})")
+            print(f"{report.ratio_line(r)}; target <= {TARGET}: {r.status}")
     return 0
 
 

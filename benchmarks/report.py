@@ -36,6 +36,14 @@ def figure(r: Result, value: float | None) -> str:
     return f"{value:.3f}x"
 
 
+def ratio_line(r: Result) -> str:
+    """A timed row on one line, with the spread of its per-round ratios (for
+    a measure run alone)."""
+    ratios = sorted(a / b for a, b in zip(*r.samples.values()))
+    return (f"{r.name}: {r.ours * 1e3:.1f} ms vs {r.anchor * 1e3:.1f} ms, ratio {r.ratio:.3f} "
+            f"(per round {ratios[0]:.3f}-{ratios[-1]:.3f}, {len(ratios)} rounds)")
+
+
 def target_text(r: Result) -> str:
     t = r.target
     if t is None:
@@ -56,11 +64,13 @@ def _grid(header: list[str], rows: list[list[str]]) -> str:
 def table(results: list[Result]) -> str:
     """The targets (lazystore vs anchor, same run), then the informational rows."""
     targets = [r for r in results if r.target is not None]
-    others = [r for r in results if r.target is None and r.group not in ("remote", "dcp", "background", "delta")]
+    others = [r for r in results if r.target is None
+              and r.group not in ("remote", "dcp", "background", "delta", "verify")]
     remote = [r for r in results if r.group == "remote"]
     dcp = [r for r in results if r.group == "dcp"]
     background = [r for r in results if r.group == "background"]
     delta = [r for r in results if r.group == "delta" and r.target is None]
+    verify = [r for r in results if r.group == "verify"]
     main = _grid(
         ["measure", "lazystore", "anchor", "ratio", "target", "result"],
         [[f"{r.title} (vs {r.anchor_label})", figure(r, r.ours), figure(r, r.anchor),
@@ -83,6 +93,9 @@ def table(results: list[Result]) -> str:
         text += "\n" + background_table(background) + "\n"
     if delta:
         text += "\n" + delta_table(delta) + "\n"
+    if verify:
+        text += "\n" + _ratio_table("checking on load (no target)", "measured", "compared with", verify,
+                                    title=lambda r: f"{r.title} [{r.subject} / {r.anchor_label}]") + "\n"
     return text
 
 

@@ -138,6 +138,12 @@ def _write(tensors: dict, folder: Path, stem: str, formats, log) -> dict:
     return paths
 
 
+def lzy_and_safetensors(tensors: dict, folder, stem: str) -> dict:
+    """``tensors`` written as ``stem.lzy`` and ``stem.safetensors`` in
+    ``folder``, as the suite writes them (for a measure run alone)."""
+    return _write(tensors, Path(folder), stem, ("lzy", "safetensors"), lambda message: None)
+
+
 def warm(paths) -> None:
     """Read files once so the page cache holds them."""
     buf = bytearray(16 * MiB)

@@ -133,7 +133,7 @@ def _fill(w, prepared: background.Prepared, system_metadata: Mapping | None = No
     return w.path
 
 
-def load(path, keys=None, *, map_location=None, verify: bool = False, storage_options: Mapping | None = None):
+def load(path, keys=None, *, map_location=None, verify: bool = True, storage_options: Mapping | None = None):
     """Read a checkpoint back, as it was saved.
 
     A flat checkpoint (no nested structure) gives a dict of names to arrays.
@@ -145,11 +145,18 @@ def load(path, keys=None, *, map_location=None, verify: bool = False, storage_op
     raises InvalidInputError pointing at ``lazystore.torch.load_file``, which
     returns torch tensors on a device.
 
+    Everything returned is checked against its checksums first: a damaged
+    tensor raises ChecksumError naming it. ``verify=False`` skips the check
+    of raw tensors (compressed ones are checked as they are decoded, and
+    everything fetched from a URL always is); files that record no
+    checksums (safetensors files lazystore did not write) load unchecked.
+
     Arrays and tensors are writable. Raw tensors of a local file are private
     copy-on-write views of it (see :meth:`CheckpointView.load`): nothing is
-    copied up front, and writing to them never changes the file. Torch
-    tensors share that memory (``torch.from_numpy``); compressed tensors are
-    decoded.
+    copied, and writing to them never changes the file (checking them reads
+    their pages in; with ``verify=False`` nothing is read until touched).
+    Torch tensors share that memory (``torch.from_numpy``); compressed
+    tensors are decoded.
 
     ``keys`` selects tensors by name (their joined paths): a glob pattern
     (str) or an iterable of exact names; a glob that matches nothing raises
@@ -168,13 +175,13 @@ def load(path, keys=None, *, map_location=None, verify: bool = False, storage_op
         structure = ck.system_metadata.get(tree.TREE_KEY)
         if structure is None:
             torch_adapter.check_nothing_to_place(map_location)  # never ignored: see its docstring
-            return ck.load(keys)
+            return ck.load(keys, verify=verify)
         root, names = tree.parse(structure, ck.keys())
         if keys is None:
             selected = None
-            arrays = ck.load()
+            arrays = ck.load(verify=verify)
         else:
-            arrays = ck.select(keys).load()
+            arrays = ck.select(keys).load(verify=verify)
             selected = set(arrays)
     dev = None
     if tree.has_torch(root, selected):

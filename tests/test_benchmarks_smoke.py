@@ -29,6 +29,8 @@ REMOTE = {f"remote_{v}_{what}" for v in ("raw", "zstd") for what in ("bytes", "r
 DCP = {f"dcp_{what}_{v}" for v in ("raw", "zstd") for what in ("save", "load", "size", "one_bytes")}
 # Delta checkpoints: the series stored other ways, and with the AdamW moments (quick: every step only).
 DELTA = {"delta_series_1_star", "delta_series_1_chain", "delta_series_1_first", "delta_series_1_adamw"}
+# What checking on load costs: load_file warm and cold, verify on against off, safetensors, safetensors + xxh3.
+VERIFY = {f"verify_load_{state}{vs}" for state in ("warm", "cold") for vs in ("", "_off", "_st_hashed", "_unchecked")}
 # Background saves: pauses, a real training loop's step time, thread vs process writers, memory.
 BACKGROUND = {
     "bg_pause_vs_memcpy", "bg_durable", "bg_dcp_async_pause", "bg_dcp_async_durable", "bg_train_overhead",
@@ -55,7 +57,7 @@ def test_quick_benchmark_run(tmp_path):
     assert report["mode"] == "quick"
     assert report["machine"]["cores"] and report["machine"]["versions"]["numpy"]
     rows = {r["name"]: r for r in report["results"]}
-    expected = TARGETS | REFERENCES | REMOTE | DCP | BACKGROUND | DELTA
+    expected = TARGETS | REFERENCES | REMOTE | DCP | BACKGROUND | DELTA | VERIFY
     assert expected <= set(rows), sorted(expected - set(rows))
 
     for name in TARGETS:
@@ -79,6 +81,10 @@ def test_quick_benchmark_run(tmp_path):
         r = rows[name]
         assert r["target"] is None and r["group"] == "background" and _positive(r["anchor"]), r
     assert "| background saves" in run.stdout
+    for name in VERIFY:
+        r = rows[name]
+        assert r["target"] is None and r["group"] == "verify" and _positive(r["anchor"]), r
+    assert "| checking on load" in run.stdout
 
     png = out / "benchmarks.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -56,7 +56,7 @@ def save(tensors: dict, metadata: Mapping | None = None, **options) -> bytes:
         return path.read_bytes()
 
 
-def load_file(filename, device="cpu", keys=None, *, backend: str = "mmap") -> dict:
+def load_file(filename, device="cpu", keys=None, *, backend: str = "mmap", verify: bool = True) -> dict:
     """A dict of name to torch tensor on ``device`` ("cpu", "cuda:0", an int
     for a CUDA index, "meta", a torch.device).
 
@@ -66,15 +66,20 @@ def load_file(filename, device="cpu", keys=None, *, backend: str = "mmap") -> di
     zero-copy, writable, copy-on-write views of it: writing to one never
     changes the file. Names saved as one tensor come back as one tensor
     object.
+
+    Every tensor is checked against its checksums before it is returned (a
+    damaged one raises ``ls.ChecksumError`` naming it); ``verify=False``
+    skips the check of raw tensors, as ``ls.load`` does.
     """
     dev = _device(device, backend)
     with open_checkpoint(filename) as ck:
-        return tensors_of(ck, keys, dev)
+        return tensors_of(ck, keys, dev, verify=verify)
 
 
-def load(data) -> dict:
+def load(data, *, verify: bool = True) -> dict:
     """The tensors of a checkpoint held in bytes (what :func:`save` returns,
-    or a safetensors file's bytes), as CPU tensors owning their memory."""
+    or a safetensors file's bytes), as CPU tensors owning their memory,
+    checked as :func:`load_file` checks them."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidInputError(f"load() takes the bytes of a checkpoint, got {type(data).__name__}")
     torch_arrays.require(NEEDS_TORCH)
@@ -83,7 +88,7 @@ def load(data) -> dict:
         path.write_bytes(data)
         with open_checkpoint(path) as ck:
             # Copies: nothing may refer to the temporary file once it is gone.
-            return tensors_of(ck, None, None, copy=True)
+            return tensors_of(ck, None, None, copy=True, verify=verify)
 
 
 # -- shared with models.py and the safe_open handle ---------------------------------
@@ -118,9 +123,10 @@ def write(tensors: Mapping, filename, metadata, aliases: Mapping[str, str], opti
                 w.add(name, torch_arrays.to_numpy(t))
 
 
-def tensors_of(ck, keys, dev, *, copy: bool = False) -> dict:
+def tensors_of(ck, keys, dev, *, copy: bool = False, verify: bool = True) -> dict:
     """The torch tensors ``keys`` selects from an open checkpoint, aliases
-    resolved to one tensor object per stored tensor.
+    resolved to one tensor object per stored tensor, checked unless
+    ``verify`` is false (see ``ck.load``).
 
     For another device than the CPU, tensors are read a batch of about
     :data:`DEVICE_BATCH_BYTES` at a time, so decoded compressed tensors wait
@@ -135,7 +141,7 @@ def tensors_of(ck, keys, dev, *, copy: bool = False) -> dict:
     tensors = {}
     with staging.Placement(dev, sum(sizes.values()) or None) as place:
         for batch in batches:
-            for n, a in ck.load(batch).items():
+            for n, a in ck.load(batch, verify=verify).items():
                 tensors[n] = place.tensor(a.copy() if copy else a)
     return {n: tensors[aliases.get(n, n)] for n in wanted}
 

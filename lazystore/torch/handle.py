@@ -32,10 +32,12 @@ class safe_open:  # lower case: safetensors' name, so migrating is an import cha
     ``f.metadata()``.
 
     ``framework`` is "pt" (torch tensors on ``device``) or "np" (numpy
-    arrays, on the CPU). Tensors from ``get_tensor`` are writable; on the
-    CPU a raw tensor of a local file is a copy-on-write view of it, so
-    writing to it never changes the file. ``get_slice`` reads only the
-    chunks its index touches.
+    arrays, on the CPU). Tensors from ``get_tensor`` are writable and
+    checked against their checksums (``get_tensor(name, verify=False)``
+    skips that); on the CPU a raw tensor of a local file is a copy-on-write
+    view of it, so writing to it never changes the file. ``get_slice``
+    reads only the chunks its index touches, unchecked for raw tensors
+    (zero-copy, as ``ck[name]``; compressed chunks are always checked).
     """
 
     def __init__(self, filename, framework: str = "pt", device="cpu", *, backend: str = "mmap"):
@@ -87,18 +89,21 @@ class safe_open:  # lower case: safetensors' name, so migrating is an import cha
         return {k: v if isinstance(v, str) else json.dumps(v, separators=(",", ":"), ensure_ascii=False)
                 for k, v in meta.items()}
 
-    def get_tensor(self, name: str):
-        """The whole tensor: writable, and on the CPU zero-copy for raw tensors."""
+    def get_tensor(self, name: str, *, verify: bool = True):
+        """The whole tensor: writable, and on the CPU zero-copy for raw
+        tensors; checked against its checksums (``ls.ChecksumError`` if
+        damaged) unless ``verify=False``."""
         target = self._target(name)
-        return self._convert(self._view.load([target])[target])
+        return self._convert(self._view.load([target], verify=verify)[target])
 
-    def get_tensors(self) -> dict:
-        """Every tensor, as ``{name: tensor}`` in the file's order."""
+    def get_tensors(self, *, verify: bool = True) -> dict:
+        """Every tensor, as ``{name: tensor}`` in the file's order, checked
+        as :meth:`get_tensor` checks them."""
         self._check()
         if self._framework == "np":
-            out = self._view.load(self._names)
+            out = self._view.load(self._names, verify=verify)
         else:
-            out = files.tensors_of(self._view, self._names, self._device)
+            out = files.tensors_of(self._view, self._names, self._device, verify=verify)
         out.update((alias, out[target]) for alias, target in self._aliases.items())
         return out
 

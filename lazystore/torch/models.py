@@ -39,7 +39,7 @@ def save_model(model, filename, metadata: Mapping | None = None, force_contiguou
     files.write(state, filename, metadata, aliases, options)
 
 
-def load_model(model, filename, strict: bool = True, device="cpu", *, backend: str = "mmap"
+def load_model(model, filename, strict: bool = True, device="cpu", *, backend: str = "mmap", verify: bool = True
                ) -> tuple[set[str], list[str]]:
     """Load ``filename`` into ``model``; ``(missing, unexpected)`` names.
 
@@ -49,8 +49,11 @@ def load_model(model, filename, strict: bool = True, device="cpu", *, backend: s
     :class:`StateDictMismatchError` naming them. ``device`` is where the
     tensors are read to (see :func:`~lazystore.torch.load_file`); a model
     whose parameters are on the meta device gets those tensors assigned.
+    The file's tensors are checked before any reaches the model (a damaged
+    one raises ``ls.ChecksumError`` and leaves the model as it was), unless
+    ``verify=False``.
     """
-    state = files.load_file(filename, device=device, backend=backend)
+    state = files.load_file(filename, device=device, backend=backend, verify=verify)
     groups = ties.model_ties(model)
     unexpected_twins = _one_per_group(state, groups)
     assign = any(t.is_meta for t in chain(model.parameters(), model.buffers()))

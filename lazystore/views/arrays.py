@@ -67,7 +67,7 @@ class ArraysView(ViewBase):
         self._check_open()
         raise VerificationUnavailableError(f"cannot verify {self.name}: a {self.format} file records no checksums")
 
-    def load(self, keys=None, *, verify: bool = False) -> dict[str, np.ndarray]:
+    def load(self, keys=None, *, verify: bool = True) -> dict[str, np.ndarray]:
         """Writable copies of some or all tensors (there is nothing to verify)."""
         return {n: np.array(self._get(n)) for n in self._wanted(keys)}
 

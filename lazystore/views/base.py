@@ -65,10 +65,12 @@ class ViewBase(abc.ABC, Mapping):
       pattern (str) or iterable of names. It shares this view's resources
       without owning them: closing this view closes the selection, closing
       the selection leaves this view open.
-    - ``load(keys=None, *, verify=False)``: writable arrays of all or some
-      tensors (``keys`` as for ``select``), in the order asked for.
+    - ``load(keys=None, *, verify=True)``: writable arrays of all or some
+      tensors (``keys`` as for ``select``), in the order asked for, each
+      checked against its checksums unless ``verify=False`` (where the
+      storage records checksums: a damaged one raises ChecksumError).
     - ``verify(keys=None)``: names of tensors whose stored bytes fail their
-      checksums (``[]``: intact), or
+      checksums or do not decode (``[]``: intact), or
       :class:`~lazystore.errors.VerificationUnavailableError` from a view
       whose storage records no checksums.
     - ``metadata`` (the user's), ``system_metadata`` (lazystore's own
@@ -114,8 +116,8 @@ class ViewBase(abc.ABC, Mapping):
         """A handle whose ``[index]`` reads only what basic indexing needs."""
 
     @abc.abstractmethod
-    def load(self, keys=None, *, verify: bool = False) -> dict[str, np.ndarray]:
-        """Writable arrays of some or all tensors."""
+    def load(self, keys=None, *, verify: bool = True) -> dict[str, np.ndarray]:
+        """Writable arrays of some or all tensors, checked unless ``verify=False``."""
 
     @abc.abstractmethod
     def verify(self, keys=None) -> list[str]:

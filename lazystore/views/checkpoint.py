@@ -180,6 +180,12 @@ class CheckpointView(ViewBase):
     def verify(self, keys=None) -> list[str]:
         """Names of tensors whose stored bytes or padding fail their checks.
 
+        Every chunk is checked against its checksum, and every compressed
+        chunk is also decoded (into scratch memory, a chunk at a time), so
+        bytes that match their checksum yet do not decode are named too. A
+        delta tensor's chunks are decoded on their own, and its base's
+        tensor is verified in the base file, down the chain.
+
         ``[]`` means intact. With ``keys=None`` every tensor is checked, and
         so is the preamble (a bad preamble raises FormatError). A file that
         records no checksums (a safetensors file lazystore did not write)
@@ -199,34 +205,40 @@ class CheckpointView(ViewBase):
         failing = file.base.failing(deltas) if deltas else set()  # the chain below, to its keyframe
         return [n for n, good in zip(names, ok) if not good or n in failing]
 
-    def load(self, keys=None, *, verify: bool = False) -> dict[str, np.ndarray]:
-        """Writable arrays of some or all tensors.
+    def load(self, keys=None, *, verify: bool = True) -> dict[str, np.ndarray]:
+        """Writable arrays of some or all tensors, checked.
+
+        Every tensor handed back has been checked against its checksums:
+        compressed chunks as they are decoded, raw ones too unless
+        ``verify=False`` (or the file records no checksums: a safetensors
+        file lazystore did not write). A damaged chunk raises ChecksumError
+        naming its tensor. A view opened with ``verify=True`` always checks.
 
         From a local file, raw tensors are views of a private copy-on-write
-        mapping: nothing is copied up front, pages are read on first touch,
-        and writing to an array copies just the pages written, never
-        changing the file. Compressed tensors (and every tensor from a
-        source that cannot be mapped) are decoded into new arrays, in
-        parallel. ``verify`` checks raw tensors' checksums too (always done
-        for sources that are not mapped). From remote storage the chunks
-        of all the tensors are fetched together: neighbouring ranges merged,
-        requests sent concurrently.
+        mapping: nothing is copied, and writing to an array copies just the
+        pages written, never changing the file. Checking them hashes that
+        mapping, which reads every page in (in parallel, sequentially within
+        a task); with ``verify=False`` no data is read until touched.
+        Compressed tensors (and every tensor from a source that cannot be
+        mapped) are decoded into new arrays, in parallel. From remote
+        storage the chunks of all the tensors are fetched together:
+        neighbouring ranges merged, requests sent concurrently.
         """
-        names, entries = self._named_entries(keys)
+        names, positions = self._named_positions(keys)
         file = self._file
+        entries = file.index.entries_of(positions)
         reader = file.reader
         verify = verify or file.verify
         private = None
-        outputs, decoded, tasks, jobs = {}, [], [], []
+        outputs, decoded, viewed, jobs = {}, [], [], []
         ndarray = np.ndarray
-        for name, entry in zip(names, entries):
+        for name, pos, entry in zip(names, positions, entries):
             d = entry.described
             if d.codec == RAW_ID:
                 if private is None:
                     private = file.source.private_mapping() or False
                 if private:
-                    if verify:
-                        tasks.append(partial(reader.check_stored, entry, range(entry.chunk_count)))
+                    viewed.append(pos)
                     # One numpy call per tensor: a view of the private mapping.
                     outputs[name] = ndarray(d.shape, d.dtype, private, entry.data_offset)
                     continue
@@ -235,11 +247,11 @@ class CheckpointView(ViewBase):
             jobs += reader.jobs(entry, range(entry.chunk_count), buf, verify)
             outputs[name] = None  # keeps the file's order
             decoded.append((name, buf, entry))
-        if reader.fetching:
-            run_all(lambda t: t(), tasks)
+        if reader.fetching:  # nothing is viewed in place: every chunk is fetched (and checked)
             reader.run(jobs)
         else:
-            run_all(lambda t: t(), tasks + jobs)  # jobs are tasks too for a mapped source
+            checks = reader.check_tasks(viewed, private) if verify else []
+            run_all(lambda t: t(), checks + jobs)  # jobs are tasks too for a mapped source
         for name, buf, entry in decoded:
             outputs[name] = _as_tensor(buf, entry)
         return outputs
@@ -266,11 +278,16 @@ class CheckpointView(ViewBase):
     def _named_entries(self, keys) -> tuple[list[str], list[Entry]]:
         """The names ``keys`` asks for (as :meth:`_wanted`) and their entries,
         checked in bulk."""
+        names, positions = self._named_positions(keys)
+        return names, self._file.index.entries_of(positions)
+
+    def _named_positions(self, keys) -> tuple[list[str], range | list[int]]:
+        """The names ``keys`` asks for (as :meth:`_wanted`) and their positions in the index."""
         names = self._wanted(keys)
         if self._whole and keys is None:  # listed in index order: positions 0, 1, 2...
-            return names, self._file.index.entries_of(range(len(names)))
+            return names, range(len(names))
         table = self._table
-        return names, self._file.index.entries_of([table[n] for n in names])
+        return names, [table[n] for n in names]
 
     def _read_part(self, entry: Entry, index, picks: list[range]):
         """``get_slice(...)[index]``: only the chunks holding ``picks``."""

@@ -24,9 +24,10 @@ from itertools import accumulate
 import numpy as np
 
 from lazystore._core.batching import batch_by_bytes
-from lazystore._core.checksum import all_zero, check
+from lazystore._core.checksum import all_zero, check, digest
 from lazystore._core.chunking import SlicePlan
 from lazystore._core.parallel import run_all
+from lazystore._core.scratch import scratch
 from lazystore._native.index import Entry, Index
 from lazystore.codecs import CODECS_BY_ID, RAW
 from lazystore.codecs.delta import word_size
@@ -46,7 +47,8 @@ FETCH_BATCH_BYTES = 64 << 20
 PART_BATCH_BYTES = 16 << 20
 DELTA = CODECS_BY_ID[2]
 # verify() of a mapped file checks tensors in pool tasks of about this many
-# stored bytes (one task each for tensors at least this large).
+# stored bytes (one task each for tensors at least this large); a verified
+# load's checks of raw chunks are tasks of about this many bytes too.
 VERIFY_BATCH_BYTES = 4 << 20
 
 
@@ -60,6 +62,7 @@ class ChunkReader:
         # Unmapped sources are fetched from (see the module's docstring).
         self.fetching = source.mapped() is None
         self.checked = index.checksums_known
+        self._first_chunks = None  # see _chunk_starts
 
     def jobs(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool, places=None, *,
              onto_base: bool = False) -> list:
@@ -129,20 +132,65 @@ class ChunkReader:
                 box[dst] = chunk[src]
         return box
 
-    def check_stored(self, entry: Entry, chunk_ids) -> None:
-        """Raise ChecksumError unless the given stored chunks match."""
+    def check_stored(self, entry: Entry, chunk_ids, *, decode: bool = False) -> None:
+        """Raise ChecksumError unless the given stored chunks match; with
+        ``decode``, FormatError unless each compressed one also decodes."""
         stored_at = entry.chunk_offsets()
         for c in chunk_ids:
             start = stored_at[c]
-            self._check(self.source.read(start, start + entry.stored[c]), entry, c)
+            blob = self.source.read(start, start + entry.stored[c])
+            self._check(blob, entry, c)
+            if decode and entry.codec != RAW.id:
+                self._decodes(entry, c, blob)
 
     def stored_ok(self, entry: Entry) -> bool:
-        """Do all the tensor's stored chunks and its padding match the index?"""
+        """Do all the tensor's stored chunks and its padding match the index,
+        and does every compressed chunk decode?"""
         try:
-            self.check_stored(entry, range(entry.chunk_count))
-        except ChecksumError:
+            self.check_stored(entry, range(entry.chunk_count), decode=True)
+        except FormatError:  # a ChecksumError, or bytes that match and still do not decode
             return False
         return all_zero(self.source.read(entry.data_offset + entry.stored_nbytes, entry.padding_end))
+
+    def check_tasks(self, positions: range | list[int], mapping) -> list:
+        """Zero-argument callables that raise ChecksumError unless the stored
+        chunks of the raw tensors at ``positions`` in the index (their
+        entries already validated) match, hashed in ``mapping`` (a map of
+        the whole file): ``load`` hashes the private mapping its arrays
+        view, so the pages it faults in are the ones handed out. Each task
+        hashes about ``VERIFY_BATCH_BYTES``: many small tensors share one,
+        a big tensor's chunks are spread over several. A file that records
+        no checksums gets none.
+
+        The chunks are laid out flat from the index's own arrays, with no
+        Python call per tensor: a load of 100,000 tiny tensors pays for
+        hashing them and little else."""
+        if not self.checked or not len(positions):
+            return []
+        pos = np.fromiter(positions, np.int64, len(positions))
+        table = self.index.entries
+        counts = table["chunk_count"][pos].astype(np.int64)  # 0 for an empty tensor
+        owner = np.repeat(pos, counts)
+        first_of = np.repeat(np.cumsum(counts) - counts, counts)  # the flat place of each one's chunk 0
+        local = np.arange(len(owner)) - first_of
+        ids = self._chunk_starts()[owner] + local
+        lengths = self.index.chunks["stored_nbytes"][ids].astype(np.int64)
+        ends = np.cumsum(lengths)
+        begins = ends - lengths
+        # Raw chunks lie back to back from their tensor's data offset.
+        starts = table["data_offset"][owner].astype(np.int64) + begins - begins[first_of]
+        chunks = _FlatChunks(self.index, owner, local, starts, starts + lengths, self.index.chunks["checksum"][ids])
+        total = int(ends[-1]) if len(ends) else 0
+        bounds = np.searchsorted(ends, np.arange(VERIFY_BATCH_BYTES, total, VERIFY_BATCH_BYTES), side="right")
+        edges = [0, *dict.fromkeys(bounds.tolist()), len(ids)]
+        return [partial(chunks.check, mapping, a, b) for a, b in zip(edges, edges[1:]) if b > a]
+
+    def _chunk_starts(self) -> np.ndarray:
+        """The index's number of each tensor's chunk 0 (made once per file)."""
+        if self._first_chunks is None:
+            counts = self.index.entries["chunk_count"].astype(np.int64)
+            self._first_chunks = np.cumsum(counts) - counts
+        return self._first_chunks
 
     def stored_ok_many(self, entries: list[Entry]) -> list[bool]:
         """:meth:`stored_ok` of each tensor; an unmapped source is fetched
@@ -202,7 +250,19 @@ class ChunkReader:
     def _apply(self, entry: Entry, c: int, decoded_at: int, out, blob) -> None:
         """Decode chunk ``c`` (checked) into place in ``out``; a delta chunk
         onto the base's bytes already there."""
-        target = out[decoded_at : decoded_at + entry.decoded[c]]
+        self._decode_onto(entry, c, out[decoded_at : decoded_at + entry.decoded[c]], blob)
+
+    def _decodes(self, entry: Entry, c: int, blob) -> None:
+        """Decode checked compressed chunk ``c`` into this thread's scratch
+        memory, only to prove it decodes (FormatError if not). A delta
+        chunk is decoded onto whatever the scratch holds: whether its bytes
+        decode does not depend on the base's, whose own chunks are checked
+        by the base's ``verify`` (see ``BaseLink.failing``)."""
+        self._decode_onto(entry, c, scratch("verify decode", entry.decoded[c]), blob)
+
+    def _decode_onto(self, entry: Entry, c: int, target, blob) -> None:
+        """Decode checked chunk ``c`` into ``target``, which holds the base's
+        decoded bytes of the chunk when it is a delta."""
         try:
             if entry.codec == DELTA.id:
                 DELTA.add_into(blob, target, entry.planes, word_size(entry.dtype))
@@ -251,8 +311,10 @@ class ChunkReader:
 
     def _note_checksum(self, ok: list, k: int, entry: Entry, c: int, stored_at: int, blob) -> None:
         try:
-            self._intact(entry, c, stored_at, blob)
-        except ChecksumError:
+            blob = self._intact(entry, c, stored_at, blob)
+            if entry.codec != RAW.id:
+                self._decodes(entry, c, blob)
+        except FormatError:  # as in stored_ok
             ok[k] = False
 
     def _note_zeros(self, ok: list, k: int, start: int, blob) -> None:
@@ -283,6 +345,30 @@ class ChunkReader:
 
 def _what(entry: Entry, c: int) -> str:
     return f"tensor {entry.name!r} chunk {c}"
+
+
+class _FlatChunks:
+    """The chunks of many raw tensors as flat arrays (see
+    ``ChunkReader.check_tasks``): each one's tensor (its position in
+    ``index``), its chunk number there, its stored range and checksum."""
+
+    __slots__ = ("checksums", "index", "local", "owner", "starts", "stops")
+
+    def __init__(self, index: Index, owner, local, starts, stops, checksums):
+        self.index, self.owner, self.local = index, owner, local
+        self.starts, self.stops, self.checksums = starts, stops, checksums
+
+    def check(self, mapping, a: int, b: int) -> None:
+        """Raise ChecksumError unless chunks ``a`` to ``b`` match, hashed in ``mapping``."""
+        # Sliced and hashed by C-level maps: no Python bytecode per chunk.
+        ranges = map(slice, self.starts[a:b].tolist(), self.stops[a:b].tolist())
+        actual = np.fromiter(map(digest, map(mapping.__getitem__, ranges)), np.uint64, b - a)
+        bad = np.flatnonzero(actual != self.checksums[a:b])
+        if len(bad):
+            i = a + int(bad[0])
+            entry = self.index.entry(int(self.owner[i]))
+            check(mapping[int(self.starts[i]) : int(self.stops[i])], int(self.checksums[i]),
+                  _what(entry, int(self.local[i])))  # raises, naming it
 
 
 def _call(task) -> None:

@@ -77,7 +77,8 @@ class ShardedView(ViewBase):
                 bad.update(v.verify(group))
         return [n for n in names if n in bad]
 
-    def load(self, keys=None, *, verify: bool = False) -> dict:
+    def load(self, keys=None, *, verify: bool = True) -> dict:
+        """Writable arrays, each shard's own ``load`` (checked unless ``verify=False``)."""
         names = self._wanted(keys)
         loaded: dict = {}
         for v, group in self._by_shard(names):

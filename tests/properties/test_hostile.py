@@ -908,6 +908,71 @@ def test_plane_lengths_not_adding_up(parts, tmp_path, lengths):
     expect_read_rejected(tmp_path, parts.build(), "z")
 
 
+@pytest.mark.parametrize("name", [*BAD_PLANES, "lengths-not-adding-up"])
+def test_lying_compressed_chunk_fails_verify(parts, tmp_path, name):
+    # The chunk's checksum is valid (recomputed for the lie), so only
+    # decoding it catches it: verify() decodes every compressed chunk, from
+    # a mapped file and from a source it fetches from alike.
+    planes = good_planes(parts)
+    if name in BAD_PLANES:
+        planes[1] = BAD_PLANES[name]()
+        chunk = chunk_with_planes(planes)
+    else:
+        chunk = chunk_with_planes(planes, [len(planes[0]) - 1, *map(len, planes[1:])])
+    parts.replace_last_chunk(chunk)
+    path = tmp_path / "hostile.lzy"
+    path.write_bytes(parts.build())
+    for mmap in (True, False):
+        with ls.open(path, mmap=mmap) as ck:
+            assert ck.verify() == ["z"]
+            assert ck.verify(["m", "z"]) == ["z"]
+            assert ck.verify(["a", "m"]) == []
+
+
+def _undecodable_but_checksummed(path, tensors: dict, **save_options) -> None:
+    """Save ``tensors`` (one compressed chunk last), then replace that chunk
+    with bytes that are no zstd frame, fixing its checksum and the index's."""
+    ls.save(tensors, path, **save_options)
+    p = Parts.parse(path.read_bytes())
+    p.trailer["minor"] = TRAILER.unpack_from(path.read_bytes(), path.stat().st_size - TRAILER.size)[4]
+    planes = int(p.entries["planes"][-1])
+    p.replace_last_chunk(chunk_with_planes([b"\x01" * 20] * planes))
+    path.write_bytes(p.build())
+
+
+def test_verify_command_fails_a_file_whose_chunks_cannot_be_decoded(tmp_path, capsys):
+    from lazystore.cli import main
+
+    path = tmp_path / "undecodable.lzy"
+    _undecodable_but_checksummed(path, {"z": np.zeros(64, np.float32)}, compression="zstd")
+    with ls.open(path) as ck:
+        assert ck.verify() == ["z"]
+        with pytest.raises(ls.FormatError, match="'z' chunk 0"):
+            ck["z"]
+    assert main(["verify", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "corrupt: z" in out and "1 of 1 tensor corrupt" in out
+
+
+def test_verify_decodes_a_delta_chunk_without_its_base_twice(tmp_path):
+    # A delta chunk decodes onto its base's bytes; whether it decodes at all
+    # does not depend on them, so verify() decodes it onto scratch memory and
+    # checks the base's own chunks through the base's verify().
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal(4096).astype(np.float32)
+    ls.save({"d": base, "k": base}, tmp_path / "base.lzy")
+    step = base.copy()
+    step[::7] += np.float32(1e-3)
+    path = tmp_path / "delta.lzy"
+    _undecodable_but_checksummed(path, {"k": base, "d": step}, base=tmp_path / "base.lzy")
+    with ls.open(path) as ck:
+        assert ck.info("d").compression == "delta"
+        assert ck.verify() == ["d"]
+        assert np.array_equal(ck["k"], base)
+        with pytest.raises(ls.FormatError, match="'d' chunk 0"):
+            ck["d"]
+
+
 # --- fuzzing ------------------------------------------------------------------------------
 
 
