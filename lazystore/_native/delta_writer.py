@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from functools import partial
 from itertools import accumulate
+from pathlib import Path
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from lazystore._native.base_ref import MAX_CHAIN, BaseRef
 from lazystore.codecs import RAW, DeltaPlanes
 from lazystore.codecs.delta import word_size
 from lazystore.errors import ChecksumError, InvalidInputError, TensorNotFoundError
+from lazystore.sinks.targets import resolve as resolve_target
 from lazystore.sources import local_path, open_in_folder
 from lazystore.views.base_chain import in_base
 from lazystore.views.checkpoint import CheckpointView
@@ -48,6 +50,9 @@ def open_beside_target(base, target) -> CheckpointView:
     base_path, target_path = local_path(base), local_path(target)
     if base_path is None or target_path is None:
         raise InvalidInputError("a delta checkpoint and its base must be local files")
+    # A save through a symlink writes the file the link names, so the delta
+    # lands there, and there is where a reader looks for its base.
+    target_path = os.fspath(resolve_target(Path(target_path)))
     base_dir = os.path.realpath(os.path.dirname(os.path.abspath(base_path)))
     target_dir = os.path.realpath(os.path.dirname(os.path.abspath(target_path)))
     if base_dir != target_dir:
@@ -57,7 +62,7 @@ def open_beside_target(base, target) -> CheckpointView:
         raise InvalidInputError(f"{target_path} cannot be its own base")
     source = open_in_folder(os.path.dirname(target_path) or ".", os.path.basename(base_path))
     try:
-        # lstat: saving replaces a link at the target, not the file it points to.
+        # The file the save replaces (links already followed above).
         st = os.lstat(target_path)
     except FileNotFoundError:
         st = None

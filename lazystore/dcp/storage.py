@@ -243,8 +243,10 @@ class LazyStoreWriter(StorageWriter):
 
 class LazyStoreReader(StorageReader):
     """Load DCP checkpoints written by :class:`LazyStoreWriter`, reading only
-    the bytes each rank needs. ``verify=True`` also checks raw tensors'
-    checksums as they are read (compressed chunks and remote bytes are always checked).
+    the bytes each rank needs. Every tensor is checked against its checksums
+    as it is read, as :func:`lazystore.load` checks (``verify=False`` skips
+    the check of raw tensors of local files; compressed chunks and remote
+    bytes are always checked).
 
     DCP's load planners deserialise a non-tensor ("bytes") item with
     ``torch.load(weights_only=False)``, which runs whatever code the bytes
@@ -254,7 +256,7 @@ class LazyStoreReader(StorageReader):
     state dict is a tensor whatever ``allow_pickle`` says (see
     :meth:`_check_bytes_items`)."""
 
-    def __init__(self, path, *, storage_options=None, verify: bool = False, allow_pickle: bool = False):
+    def __init__(self, path, *, storage_options=None, verify: bool = True, allow_pickle: bool = False):
         super().__init__()
         self.path = path
         self.storage_options = dict(storage_options or {})

@@ -253,15 +253,16 @@ class CheckpointManager:
         """Where checkpoint ``step`` is (or would be) stored."""
         return self.directory / checkpoint_name(_step(step))
 
-    def restore(self, step: int | None = None, *, map_location=None):
-        """Load a checkpoint (the latest by default) as :func:`lazystore.load` does.
+    def restore(self, step: int | None = None, *, map_location=None, verify: bool = True):
+        """Load a checkpoint (the latest by default) as :func:`lazystore.load` does:
+        every tensor checked against its checksums unless ``verify=False``.
 
         A damaged checkpoint raises the error of reading it, naming its file;
         one deleted meanwhile (by another process's retention, say) raises
         :class:`~lazystore.CheckpointNotFoundError`."""
         step = self._resolve(step)
         with self._reading(step) as path:
-            return api.load(path, map_location=map_location)
+            return api.load(path, map_location=map_location, verify=verify)
 
     def open(self, step: int | None = None):
         """Open a checkpoint (the latest by default) lazily, as :func:`lazystore.open` does."""

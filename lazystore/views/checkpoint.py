@@ -200,8 +200,10 @@ class CheckpointView(ViewBase):
         names, entries = self._named_entries(keys)
         if keys is None:
             index.check_head(file.source, file.version)
-        ok = file.reader.stored_ok_many(entries)
         deltas = [e for e in entries if e.codec == DELTA_CODEC]
+        for entry in deltas:  # decoding a chunk allocates what it claims: bound that first
+            self._bound(entry)
+        ok = file.reader.stored_ok_many(entries)
         failing = file.base.failing(deltas) if deltas else set()  # the chain below, to its keyframe
         return [n for n, good in zip(names, ok) if not good or n in failing]
 

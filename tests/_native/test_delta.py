@@ -329,6 +329,24 @@ def test_a_link_to_the_target_is_not_a_base(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["link.lzy", "t.lzy"]
 
 
+def test_a_delta_saved_through_a_link_names_a_base_beside_the_file_it_lands_in(tmp_path):
+    # A save through a symlink writes the file the link names (sinks/targets):
+    # the base must be beside that file, where a reader of it looks.
+    real, links = tmp_path / "real", tmp_path / "links"
+    real.mkdir()
+    links.mkdir()
+    ls.save({"a": np.zeros(1000, np.float32)}, real / "base.lzy")
+    ls.save({"a": np.zeros(1000, np.float32)}, links / "base.lzy")
+    os.symlink(real / "step.lzy", links / "step.lzy")
+    new = np.arange(1000, dtype=np.float32)
+    with pytest.raises(ls.InvalidInputError, match="same folder"):
+        ls.save({"a": new}, links / "step.lzy", base=links / "base.lzy")
+    assert not (real / "step.lzy").exists() and os.path.islink(links / "step.lzy")
+    ls.save({"a": new}, links / "step.lzy", base=real / "base.lzy")
+    for path in (real / "step.lzy", links / "step.lzy"):  # by its own name and through the link
+        assert ls.load(path)["a"].tolist() == new.tolist()
+
+
 def test_a_base_a_reader_would_refuse_is_refused_before_writing(tmp_path):
     (tmp_path / "out").mkdir()
     ls.save({"a": np.zeros(3)}, tmp_path / "out" / "a.lzy")

@@ -179,7 +179,7 @@ def test_corrupt_compressed_rank_file_fails_the_load(saved, tmp_path):
     assert isinstance(_failure(exc_info), ls.ChecksumError)
 
 
-def test_corrupt_raw_rank_file_is_caught_with_verify(saved, tmp_path):
+def test_corrupt_raw_rank_file_is_caught_by_default(saved, tmp_path):
     ckpt = tmp_path / "ck"
     shutil.copytree(saved / "raw", ckpt)
     with ls.open(ckpt / rank_file(0)) as ck:
@@ -188,8 +188,9 @@ def test_corrupt_raw_rank_file_is_caught_with_verify(saved, tmp_path):
     with ls.open(ckpt / rank_file(0)) as ck:
         assert ck.verify() == ["model.emb[0,0]"]
     with pytest.raises(CheckpointException) as exc_info:
-        _load_no_dist(ckpt, verify=True)
+        _load_no_dist(ckpt)  # checked by default, as ls.load is
     assert isinstance(_failure(exc_info), ls.ChecksumError)
+    _load_no_dist(ckpt, verify=False)  # the opt-out reads the raw bytes unchecked
 
 
 def test_rank_file_from_another_save_is_refused(saved, tmp_path):

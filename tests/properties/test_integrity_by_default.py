@@ -158,6 +158,8 @@ def test_restore_checks_by_default(tmp_path):
         manager.save(1, {"model": {"w": W}})
         with _flip_leaf_w(manager.path(1)):
             manager.restore()
+        # The opt-out reads the raw bytes as they are, flipped byte and all.
+        assert np.array_equal(manager.restore(verify=False)["model"]["w"], _flipped_w())
 
 
 # -- lazystore.torch ----------------------------------------------------------------
