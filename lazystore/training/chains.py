@@ -44,7 +44,7 @@ from pathlib import Path
 
 from lazystore import api
 from lazystore._native.base_ref import BASE_KEY
-from lazystore.training.damage import READ_ERRORS, describe, usable_base
+from lazystore.training.damage import READ_ERRORS, describe
 
 # Deltas per restore at most, by default (a restore reads one file more):
 # see the module docstring and docs/training.md for the measured trade.
@@ -119,10 +119,9 @@ def choose_base(mgr, step: int) -> Path | None:
     """The checkpoint a new checkpoint of ``step`` is to be a delta against,
     or None when it is to be a keyframe itself: the first checkpoint, one
     saved out of order, one ``keyframe_every`` saves after the keyframe, or
-    one whose delta would likely cost more than starting afresh, or one
-    whose chosen base turns out damaged (every byte of it and of its chain
-    is checked first: a delta coded against bytes that fail their checks
-    would never restore)."""
+    one whose delta would likely cost more than starting afresh. A base
+    known to be damaged is never chosen; one found damaged while the delta
+    is coded makes the save a keyframe instead (manager.save)."""
     steps = [s for s in mgr.steps() if s != step]
     damaged = mgr._known_damaged(steps)
     series = Series(mgr, [s for s in steps if s not in damaged])
@@ -152,7 +151,9 @@ def choose_base(mgr, step: int) -> Path | None:
     alike = series.children(base, after=True) or [s for s in period if series.depth(s) == level + 1]
     if alike and keyframe_pays([*sizes.values(), sizes[alike[-1]]]):
         return None
-    return mgr.path(base) if usable_base(mgr, base) else None
+    # Not checked here: coding the delta reads every base byte it uses,
+    # checked, and a failure makes the save a keyframe (manager.save).
+    return mgr.path(base)
 
 
 def keyframe_pays(sizes: list[int]) -> bool:

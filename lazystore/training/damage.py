@@ -6,8 +6,8 @@ bases, fails: it cannot be opened (truncated, empty, a folder or a dangling
 link where the file should be, unreadable), or its bytes fail their
 checksums. Any lazystore error or ``OSError`` from reading an old step
 counts. The manager finds damage as it reads old checkpoints for its own
-work (their index, for metrics and bases; every byte of a base before
-coding a delta against it, and of a checkpoint it rewrites) and when asked
+work (their index, for metrics and bases; every byte of a base a delta is
+coded against, as it is coded, and of a checkpoint it rewrites) and when asked
 (:meth:`CheckpointManager.damaged` checks every byte of every step).
 
 What the manager then does (docs/training.md, "Damaged checkpoints"):
@@ -91,6 +91,15 @@ def check(path: Path) -> str | None:
         return (f"{os.fspath(path)}: {len(failing)} tensor(s) fail their checksums, "
                 f"in the file or in its chain of bases: {shown}")
     return None
+
+
+def base_failed(mgr, base_file: str) -> bool:
+    """Did a save's base, the checkpoint named ``base_file`` in ``mgr``'s
+    folder, fail (rather than the save itself)? Checks every byte of it and
+    of its chain, noting what fails as :func:`usable_base` does."""
+    names = {mgr.path(s).name: s for s in mgr.steps()}
+    step = names.get(base_file)
+    return step is not None and not usable_base(mgr, step)
 
 
 def usable_base(mgr, step: int) -> bool:

@@ -162,10 +162,12 @@ class CheckpointManager:
         entry = {"version": MANAGER_VERSION, "step": step,
                  "metrics": {name: tree.encode_scalar(value) for name, value in metrics.items()}}
 
+        chosen: dict[str, Path | None] = {}  # the base open_writer chose, for finish
+
         def open_writer():
             # The save before has finished (and its retention): the folder is settled.
             self._folder_lock.acquire()  # or FolderLockedError: another manager saves here
-            base = self._prepare_delta(step)
+            base = chosen["base"] = self._prepare_delta(step)
             self._writing = step
             try:
                 return Writer(path, compression=self.compression, base=base)
@@ -175,7 +177,20 @@ class CheckpointManager:
 
         def finish(writer, prepared) -> Path:
             try:
-                api._fill(writer, prepared, {MANAGER_KEY: entry})
+                try:
+                    api._fill(writer, prepared, {MANAGER_KEY: entry})
+                except FormatError as exc:
+                    # Coding a delta reads every base byte it uses, checked:
+                    # bytes that fail make the base damaged, and this save a
+                    # keyframe (checking the base up front cost every save a
+                    # second read of it).
+                    base = chosen.get("base")
+                    if base is None or not damage.base_failed(self, base.name):
+                        raise
+                    log.warning("step %d is saved as a keyframe instead: its base %s is damaged (%s)",
+                                step, base, exc)
+                    writer = Writer(path, compression=self.compression)
+                    api._fill(writer, prepared, {MANAGER_KEY: entry})
             finally:
                 self._writing = None  # durable now, or failed (leaving what was there)
             with self._lock:
