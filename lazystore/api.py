@@ -15,7 +15,7 @@ from lazystore._core import arguments, staging
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore._native.writer import Writer
 from lazystore.interop.detect import open_file
-from lazystore.interop.sharded import open_folder
+from lazystore.interop.folders import open_checkpoint_folder
 from lazystore.interop.sharded_writer import ShardedWriter
 from lazystore.sources import local_path
 from lazystore.training import background, tree
@@ -32,9 +32,11 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None, 
 
     The format is told by content, not by extension: a lazystore file, a
     safetensors file (a zero-copy view, as lazystore files are; see
-    docs/interop.md), or a local folder of shards (lazystore's, or a
+    docs/interop.md), a local folder of shards (lazystore's, or a
     Hugging Face folder with ``model.safetensors.index.json``), which opens
-    as one view over all its shards.
+    as one view over all its shards, or a local folder holding one weights
+    file (``*.safetensors`` or ``*.lzy``, beside ``config.json`` and the
+    like, as Hugging Face lays out a model), which opens as that file.
 
     The view maps tensor names to numpy arrays. For nested state saved with
     :func:`save` the names are the tensor leaves' paths joined with "/"
@@ -56,7 +58,7 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None, 
     try:
         return open_file(path, verify=verify, storage_options=storage_options, mmap=mmap)
     except IsADirectoryError:  # only local paths can be folders
-        return open_folder(local_path(path), verify=verify, mmap=mmap)
+        return open_checkpoint_folder(local_path(path), verify=verify, mmap=mmap)
 
 
 def save(obj, path, *, compression=None, compression_level: int | None = None,

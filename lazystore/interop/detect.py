@@ -43,7 +43,47 @@ def sniff(source) -> tuple[str, object]:
         return "safetensors", safetensors.read_index
     # The message never quotes the bytes: the file may be anything (a key, a
     # password file given by mistake), and the error may reach a log.
-    raise FormatError(f"{source.name}: not a lazystore or safetensors file ({source.size} bytes, unknown magic)")
+    raise FormatError(f"{source.name}: not a lazystore or safetensors file ({source.size} bytes, "
+                      f"{_what_else(source, head)})")
+
+
+# A zip's first local file header: its signature, and at byte 26 the
+# lengths of the first member's name and extra field; the name follows at 30.
+_ZIP_MAGIC = b"PK\x03\x04"
+_ZIP_NAME_AT = 30
+_PICKLE_PROTOCOLS = b"\x02\x03\x04\x05"
+
+
+def _what_else(source, head: bytes) -> str:
+    """What a file that is no checkpoint looks like, with what to do about
+    it: torch files and ``.npz`` archives are read for conversion only (so
+    nothing is unpickled by opening a file), and the user should learn so
+    here rather than from the command line's help."""
+    if head[:1] == b"\x80" and head[1:2] and head[1] in _PICKLE_PROTOCOLS:
+        return ("a pickle: torch.save's legacy format, which lazystore does not read; load it with "
+                "torch.load(path, weights_only=True) and save that with ls.save")
+    if head[:4] != _ZIP_MAGIC:
+        return "unknown magic"
+    first = _first_zip_member(source)
+    if first.endswith(".npy"):
+        return (f"an .npz archive: convert it with `lazystore convert {source.name} out.lzy` or "
+                "lazystore.interop.from_npz(path, 'out.lzy')")
+    if first == "data.pkl" or first.endswith("/data.pkl"):
+        return (f"a torch checkpoint (torch.save's zip): convert it with `lazystore convert {source.name} "
+                "out.lzy` or lazystore.interop.from_torch(path, 'out.lzy'), which read it with "
+                "torch.load(weights_only=True)")
+    return "a zip archive; torch .pt/.bin files and .npz archives convert with `lazystore convert`"
+
+
+def _first_zip_member(source) -> str:
+    """The name of a zip's first member, from its first local header ("" if
+    it cannot be read): torch.save writes ``<name>/data.pkl`` first, numpy's
+    ``savez`` an ``.npy`` member."""
+    if source.size < _ZIP_NAME_AT:
+        return ""
+    name_len = int.from_bytes(bytes(source.read(26, 28)), "little")
+    end = min(source.size, _ZIP_NAME_AT + name_len)
+    return bytes(source.read(_ZIP_NAME_AT, end)).decode("utf-8", "replace")
 
 
 def open_file(path, *, verify: bool = False, storage_options=None, mmap: bool = True) -> CheckpointView:

@@ -30,7 +30,7 @@ def test_a_path_that_is_no_regular_file_is_refused_naming_it(tmp_path, make, kin
 
 def test_a_folder_or_a_missing_file(tmp_path):
     (tmp_path / "d").mkdir()
-    with pytest.raises(ls.FormatError, match="not a sharded checkpoint"):
+    with pytest.raises(ls.FormatError, match="a folder, but not a checkpoint"):
         ls.open(tmp_path / "d")
     with pytest.raises(FileNotFoundError):
         ls.open(tmp_path / "nothing.lzy")
