@@ -4,6 +4,7 @@ answers (docs/torch.md lists the differences)."""
 from __future__ import annotations
 
 import io
+import threading
 
 import numpy as np
 import pytest
@@ -99,3 +100,39 @@ def test_pread_backend_gives_the_same(tmp_path):
     ref = arrays()
     lsn.save_file(ref, tmp_path / "a.lzy")
     assert_same(lsn.load_file(tmp_path / "a.lzy", backend="pread"), ref)
+
+
+def test_threads_saving_and_loading_at_once(tmp_path):
+    ref = arrays()
+    errors = []
+    barrier = threading.Barrier(4)
+
+    def worker(i: int) -> None:
+        try:
+            barrier.wait()
+            for j in range(5):
+                path = tmp_path / f"{i}-{j}.lzy"
+                lsn.save_file(ref, path)
+                assert_same(lsn.load_file(path), ref)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which fails the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_imports_no_torch(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"  # as if PyTorch were not installed
+            "import numpy as np, lazystore.numpy as lsn\n"
+            "lsn.save_file({'a': np.arange(3)}, 'a.lzy')\n"
+            "assert lsn.load(lsn.save(lsn.load_file('a.lzy')))['a'].tolist() == [0, 1, 2]\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
