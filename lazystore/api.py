@@ -8,7 +8,6 @@ URLs are memory-mapped; remote checkpoints are read with range requests.
 
 from __future__ import annotations
 
-import io
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -24,7 +23,7 @@ from lazystore.interop.detect import open_file, open_view
 from lazystore.interop.sharded import open_folder
 from lazystore.interop.sharded_writer import ShardedWriter
 from lazystore.sources import local_path
-from lazystore.sources.in_memory import BytesSource, is_file_object, read_file_object
+from lazystore.sources.in_memory import BytesSource, check_binary_file, is_file_object, read_file_object
 from lazystore.training import background, tree
 from lazystore.views.checkpoint import CheckpointView
 
@@ -146,8 +145,7 @@ def _save_to_file_object(obj, f, **options) -> None:
     """Save ``obj`` into the binary file object ``f``: a lazystore file is
     written whole (its index comes last), so it is written to a temporary
     file first, then copied to ``f``."""
-    if isinstance(f, io.TextIOBase) or not callable(getattr(f, "write", None)):
-        raise InvalidInputError(f"expected a binary file object to write to, got {type(f).__name__}")
+    check_binary_file(f, "write")
     with tempfile.TemporaryDirectory(prefix="lazystore-") as tmp:
         path = Path(tmp) / "checkpoint.lzy"
         save(obj, path, **options)

@@ -495,6 +495,10 @@ def test_file_objects_are_refused_clearly(tmp_path):
         ls.save({"a": np.ones(2)}, io.StringIO())
     with pytest.raises(ls.InvalidInputError, match="binary file object"):
         ls.load(io.StringIO("text"))
+    with open(tmp_path / "r.lzy", "wb") as f:
+        f.write(b"x")
+    with open(tmp_path / "r.lzy", "rb") as f, pytest.raises(ls.InvalidInputError, match="binary file object to write"):
+        ls.save({"a": np.ones(2)}, f)  # refused before anything is written
     for bad in ({"blocking": False}, {"max_shard_size": 1 << 20}, {"base": tmp_path / "b.lzy"}):
         with pytest.raises(ls.InvalidInputError, match="one blocking file"):
             ls.save({"a": np.ones(2)}, io.BytesIO(), **bad)

@@ -56,11 +56,18 @@ def is_file_object(obj) -> bool:
     return hasattr(obj, "read") or hasattr(obj, "write")
 
 
+def check_binary_file(f, action: str) -> None:
+    """Raise InvalidInputError unless ``f`` is a binary file object that can
+    ``action`` ("read" or "write"), as its ``readable()``/``writable()`` says."""
+    able = getattr(f, {"read": "readable", "write": "writable"}[action], None)
+    if isinstance(f, io.TextIOBase) or not callable(getattr(f, action, None)) or (callable(able) and not able()):
+        raise InvalidInputError(f"expected a binary file object to {action}, got {type(f).__name__}")
+
+
 def read_file_object(f) -> BytesSource:
     """The bytes of a binary file object from its position to its end, as a
     source (``torch.load`` reads a file object from its position too)."""
-    if isinstance(f, io.TextIOBase) or not callable(getattr(f, "read", None)):
-        raise InvalidInputError(f"expected a binary file object to read from, got {type(f).__name__}")
+    check_binary_file(f, "read")
     data = f.read()
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidInputError(f"{type(f).__name__}.read() gave {type(data).__name__}, not bytes: "
