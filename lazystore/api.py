@@ -8,16 +8,22 @@ URLs are memory-mapped; remote checkpoints are read with range requests.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Mapping
 from functools import partial
+from pathlib import Path
 
 from lazystore._core import arguments, staging
 from lazystore._core import torch_arrays as torch_adapter
+from lazystore._native.base_ref import BASE_KEY
 from lazystore._native.writer import Writer
-from lazystore.interop.detect import open_file
+from lazystore.errors import BaseCheckpointError, InvalidInputError
+from lazystore.interop.detect import open_file, open_view
 from lazystore.interop.folders import open_checkpoint_folder
 from lazystore.interop.sharded_writer import ShardedWriter
 from lazystore.sources import local_path
+from lazystore.sources.in_memory import BytesSource, check_binary_file, is_file_object, read_file_object
 from lazystore.training import background, tree
 from lazystore.views.checkpoint import CheckpointView
 
@@ -54,7 +60,13 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None, 
     ``storage_options`` configure the fsspec filesystem of a URL (e.g.
     ``{"key": ..., "secret": ..., "client_kwargs": {"endpoint_url": ...}}``
     for s3fs); local paths ignore them.
+
+    ``path`` may also be a binary file object (``io.BytesIO``, an open
+    file), as ``torch.load`` takes one: its bytes from its position on are
+    read into memory and the view reads them there.
     """
+    if is_file_object(path):
+        return _open_in_memory(read_file_object(path), verify)
     try:
         return open_file(path, verify=verify, storage_options=storage_options, mmap=mmap)
     except IsADirectoryError:  # only local paths can be folders
@@ -102,11 +114,22 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     ``result()`` gives its path or raises the save's error. One background
     save runs at a time: the next ``save`` waits for it, and raises its error
     if nobody has seen it. See docs/training.md, "Background saves".
+
+    ``path`` may also be a binary file object (``io.BytesIO``, an open file),
+    as ``torch.save`` takes one: the checkpoint is written whole, then its
+    bytes are written to the object at its position (a blocking save of one
+    file only: no ``base``, ``max_shard_size``, ``storage_options`` or
+    ``blocking=False``).
     """
     arguments.known_options(writer_options, _WRITER_OPTIONS)
+    if is_file_object(path):
+        if base is not None or max_shard_size is not None or storage_options is not None or not blocking:
+            raise InvalidInputError("a save to a file object is one blocking file: base, max_shard_size, "
+                                    "storage_options and blocking=False need a path")
+        _save_to_file_object(obj, path, compression=compression, compression_level=compression_level,
+                             metadata=metadata, **writer_options)
+        return None
     if max_shard_size is not None:
-        from lazystore.errors import InvalidInputError
-
         if storage_options is not None:
             raise InvalidInputError("sharded saves go to a local folder, not a URL")
         if base is not None:
@@ -118,6 +141,37 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
                           metadata=metadata, **writer_options)
     future = background.DEFAULT.save(obj, open_writer, _fill, blocking=blocking)
     return None if blocking else future
+
+
+def _save_to_file_object(obj, f, **options) -> None:
+    """Save ``obj`` into the binary file object ``f``: a lazystore file is
+    written whole (its index comes last), so it is written to a temporary
+    file first, then copied to ``f``."""
+    check_binary_file(f, "write")
+    with tempfile.TemporaryDirectory(prefix="lazystore-") as tmp:
+        path = Path(tmp) / "checkpoint.lzy"
+        save(obj, path, **options)
+        with path.open("rb") as src:
+            shutil.copyfileobj(src, f)
+
+
+def open_bytes(data, *, verify: bool = False) -> CheckpointView:
+    """The view of a checkpoint held in bytes (what ``lazystore.torch.load``
+    and ``lazystore.numpy.load`` read): lazystore or safetensors bytes,
+    read where they are."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidInputError(f"expected the bytes of a checkpoint, got {type(data).__name__}")
+    return _open_in_memory(BytesSource(data), verify)
+
+
+def _open_in_memory(source, verify: bool) -> CheckpointView:
+    """The view of a checkpoint held in memory. A delta checkpoint is
+    refused: its base is a file beside it, and bytes are beside nothing."""
+    ck = open_view(source, verify=verify)
+    if BASE_KEY in ck.system_metadata:
+        ck.close()
+        raise BaseCheckpointError(f"{source.name} is a delta checkpoint: read it from its file, beside its base")
+    return ck
 
 
 def _fill(w, prepared: background.Prepared, system_metadata: Mapping | None = None):

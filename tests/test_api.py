@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import warnings
 import zlib
@@ -453,3 +454,55 @@ def test_invalid_input_errors_are_value_errors():
     assert ls.InvalidIndexError is ls.InvalidSelectionError  # the name before 0.2
     for err in (ls.FormatError, ls.ChecksumError, ls.InvalidInputError, ls.ClosedError, ls.TensorNotFoundError):
         assert issubclass(err, ls.LazyStoreError)
+
+
+# -- file objects, as torch.save and torch.load take them ---------------------------------
+
+
+def test_file_objects_round_trip_nested_state(tmp_path):
+    torch = pytest.importorskip("torch")
+    state = {"model": {"w": torch.arange(6.0).reshape(2, 3)}, "opt": [np.ones(3, dtype=np.float16)], "step": 7}
+    buf = io.BytesIO(b"head")
+    buf.seek(4)  # written at the object's position, as torch.save writes
+    ls.save(state, buf, compression="zstd", metadata={"run": "a"})
+    buf.seek(4)
+    got = ls.load(buf)
+    assert got["step"] == 7 and torch.equal(got["model"]["w"], state["model"]["w"])
+    np.testing.assert_array_equal(got["opt"][0], state["opt"][0])
+    assert buf.getvalue()[:4] == b"head"
+    with open(tmp_path / "c.lzy", "wb") as f:  # a real file too, then read by path
+        ls.save(state, f)
+    assert ls.load(tmp_path / "c.lzy")["step"] == 7
+    with open(tmp_path / "c.lzy", "rb") as f, ls.open(f) as ck:
+        assert ck.metadata == {} and sorted(ck) == ["model/w", "opt/0"]
+
+
+def test_arrays_loaded_from_a_file_object_are_owned_and_checked():
+    buf = io.BytesIO()
+    ls.save({"a": np.arange(4.0)}, buf)
+    data = bytearray(buf.getvalue())
+    got = ls.load(io.BytesIO(data))["a"]
+    got[:] = 0  # writable; the caller's bytes stay as they were
+    assert ls.load(io.BytesIO(data))["a"].tolist() == [0, 1, 2, 3]
+    at = bytes(data).find(np.arange(4.0).tobytes())
+    data[at] ^= 1
+    with pytest.raises(ls.ChecksumError):
+        ls.load(io.BytesIO(data))
+
+
+def test_file_objects_are_refused_clearly(tmp_path):
+    with pytest.raises(ls.InvalidInputError, match="binary file object"):
+        ls.save({"a": np.ones(2)}, io.StringIO())
+    with pytest.raises(ls.InvalidInputError, match="binary file object"):
+        ls.load(io.StringIO("text"))
+    with open(tmp_path / "r.lzy", "wb") as f:
+        f.write(b"x")
+    with open(tmp_path / "r.lzy", "rb") as f, pytest.raises(ls.InvalidInputError, match="binary file object to write"):
+        ls.save({"a": np.ones(2)}, f)  # refused before anything is written
+    for bad in ({"blocking": False}, {"max_shard_size": 1 << 20}, {"base": tmp_path / "b.lzy"}):
+        with pytest.raises(ls.InvalidInputError, match="one blocking file"):
+            ls.save({"a": np.ones(2)}, io.BytesIO(), **bad)
+    ls.save({"a": np.ones(4)}, tmp_path / "base.lzy")
+    ls.save({"a": np.ones(4)}, tmp_path / "delta.lzy", base=tmp_path / "base.lzy")
+    with open(tmp_path / "delta.lzy", "rb") as f, pytest.raises(ls.BaseCheckpointError, match="delta"):
+        ls.load(f)  # its base is a file beside it; bytes are beside nothing

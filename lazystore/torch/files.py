@@ -20,6 +20,7 @@ from lazystore._core import arguments, staging, torch_arrays
 from lazystore._core.batching import batch_by_bytes
 from lazystore._native.writer import Writer
 from lazystore.api import open as open_checkpoint
+from lazystore.api import open_bytes
 from lazystore.errors import InvalidInputError
 from lazystore.torch import ties
 
@@ -72,7 +73,7 @@ def load_file(filename, device="cpu", keys=None, *, backend: str = "mmap", verif
     skips the check of raw tensors, as ``ls.load`` does.
     """
     dev = _device(device, backend)
-    with open_checkpoint(filename) as ck:
+    with opened(filename) as ck:
         return tensors_of(ck, keys, dev, verify=verify)
 
 
@@ -80,18 +81,23 @@ def load(data, *, verify: bool = True) -> dict:
     """The tensors of a checkpoint held in bytes (what :func:`save` returns,
     or a safetensors file's bytes), as CPU tensors owning their memory,
     checked as :func:`load_file` checks them."""
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise InvalidInputError(f"load() takes the bytes of a checkpoint, got {type(data).__name__}")
     torch_arrays.require(NEEDS_TORCH)
-    with tempfile.TemporaryDirectory(prefix="lazystore-") as tmp:
-        path = Path(tmp) / "data"
-        path.write_bytes(data)
-        with open_checkpoint(path) as ck:
-            # Copies: nothing may refer to the temporary file once it is gone.
-            return tensors_of(ck, None, None, copy=True, verify=verify)
+    with open_bytes(data) as ck:
+        return tensors_of(ck, None, None, verify=verify)
 
 
 # -- shared with models.py and the safe_open handle ---------------------------------
+
+
+def opened(filename):
+    """``ls.open(filename)``; a missing file raises FileNotFoundError worded
+    as safetensors words it (``No such file or directory: <filename>``)."""
+    try:
+        return open_checkpoint(filename)
+    except FileNotFoundError:
+        name = os.fspath(filename) if isinstance(filename, (str, os.PathLike)) else filename
+        # No errno nor filename: with them, str() would be Python's wording.
+        raise FileNotFoundError(f"No such file or directory: {name}") from None
 
 
 def checked(tensors) -> dict[str, str]:
@@ -123,7 +129,7 @@ def write(tensors: Mapping, filename, metadata, aliases: Mapping[str, str], opti
                 w.add(name, torch_arrays.to_numpy(t))
 
 
-def tensors_of(ck, keys, dev, *, copy: bool = False, verify: bool = True) -> dict:
+def tensors_of(ck, keys, dev, *, verify: bool = True) -> dict:
     """The torch tensors ``keys`` selects from an open checkpoint, aliases
     resolved to one tensor object per stored tensor, checked unless
     ``verify`` is false (see ``ck.load``).
@@ -142,7 +148,7 @@ def tensors_of(ck, keys, dev, *, copy: bool = False, verify: bool = True) -> dic
     with staging.Placement(dev, sum(sizes.values()) or None) as place:
         for batch in batches:
             for n, a in ck.load(batch, verify=verify).items():
-                tensors[n] = place.tensor(a.copy() if copy else a)
+                tensors[n] = place.tensor(a)
     return {n: tensors[aliases.get(n, n)] for n in wanted}
 
 

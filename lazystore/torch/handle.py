@@ -18,9 +18,8 @@ import numpy as np
 
 from lazystore._core import staging, torch_arrays
 from lazystore._core.dtypes import lookup
-from lazystore.api import open as open_checkpoint
 from lazystore.errors import ClosedError, InvalidInputError, TensorNotFoundError
-from lazystore.torch import files, ties
+from lazystore.torch import files, slice_rules, ties
 
 # safetensors' spellings of the frameworks lazystore gives tensors for.
 FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
@@ -53,7 +52,7 @@ class safe_open:  # lower case: safetensors' name, so migrating is an import cha
             self._device = None
         else:
             raise InvalidInputError(f"framework='np' gives numpy arrays, which live on the CPU; got device={device!r}")
-        self._view = open_checkpoint(filename)
+        self._view = files.opened(filename)
         try:
             self._names = list(self._view)
             self._aliases = ties.read_aliases(self._view.system_metadata, self._names)
@@ -138,7 +137,9 @@ class SafeSlice:
     """``f.get_slice(name)``: ``get_shape()``, ``get_dtype()`` and ``[index]``.
 
     The index is basic numpy indexing (ints, slices, Ellipsis, None), on the
-    shape ``get_shape()`` gives. For FP4 (``float4_e2m1fn_x2``, "F4") that is
+    shape ``get_shape()`` gives, with safetensors' rules on top
+    (:mod:`.slice_rules`): a slice past the end of an axis raises, and
+    ``[]`` selects nothing. For FP4 (``float4_e2m1fn_x2``, "F4") that is
     torch's shape, in bytes of two values, where safetensors gives the count
     of values.
     """
@@ -159,7 +160,7 @@ class SafeSlice:
         return spec.safetensors or spec.name
 
     def __getitem__(self, index):
-        part = np.asarray(self._slice[index])
+        part = np.asarray(self._slice[slice_rules.checked(index, self._slice.shape)])
         if not part.flags.writeable:  # a view of the shared, read-only map: copy what was asked for
             part = part.copy()
         return self._convert(part)

@@ -17,7 +17,7 @@ from lazystore.torch import save_file
 from tests.torch.test_files import same, tensors
 
 INDEXES = [(slice(None),), (slice(1, 3),), (0,), (slice(None, None, 2), slice(1, None)), (-1, 2),
-           (slice(5, 1),), (Ellipsis, 0)]
+           (slice(4, 1),), (Ellipsis, 0)]  # 4:1, not 5:1: a start past the end raises, as in safetensors
 
 
 def two_d(t: torch.Tensor) -> bool:
@@ -175,3 +175,47 @@ def test_numpy_framework_needs_no_torch(tmp_path):
                           check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+# Each index: what safetensors gives or refuses, compared below with its own answer.
+SAFETENSORS_INDEXES = [slice(None, 20), (slice(None), slice(None, 20)), (slice(2, None), 20), (slice(2, None), -6),
+                       slice(10, None), slice(11, None), (Ellipsis, slice(None, 9)), [], [0, 1],
+                       slice(None), (), slice(2), (slice(None), slice(None, 2)), (0, slice(None, 2)),
+                       (slice(2, None), -1), (slice(2, None), -5), (slice(9, 10),)]
+
+
+@pytest.mark.parametrize("framework", ["pt", "np"])
+def test_slices_raise_where_safetensors_raises(tmp_path, framework):
+    a = torch.randn(10, 5)
+    st.save_file({"a": a}, tmp_path / "ref.safetensors")
+    save_file({"a": a}, tmp_path / "a.lzy", compression="zstd", chunk_bytes=64)
+    # safetensors' rule is its numpy framework's (0.8.0's "pt" lets [10:] of 10 rows through).
+    with safetensors.safe_open(tmp_path / "ref.safetensors", framework="np") as theirs:
+        for path in (tmp_path / "ref.safetensors", tmp_path / "a.lzy"):
+            with ls.safe_open(path, framework=framework) as ours:
+                for index in SAFETENSORS_INDEXES:
+                    try:
+                        want = theirs.get_slice("a")[index]
+                    except Exception as exc:  # noqa: BLE001 - safetensors' SafetensorError is an Exception
+                        with pytest.raises(ls.InvalidSelectionError) as got:
+                            ours.get_slice("a")[index]
+                        assert str(got.value) == str(exc), index
+                    else:
+                        got = ours.get_slice("a")[index]
+                        assert tuple(got.shape) == tuple(want.shape), index
+                        np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=str(index))
+    with ls.safe_open(tmp_path / "a.lzy", framework=framework) as ours:  # what safetensors refuses, numpy's meaning
+        assert np.asarray(ours.get_slice("a")[-3:, ::2]).tolist() == a[-3:, ::2].tolist()
+
+
+def test_a_missing_file_as_safetensors_words_it(tmp_path):
+    from lazystore.torch import load_file
+
+    missing = str(tmp_path / "notafile")
+    for ours, theirs in [(lambda: ls.safe_open(missing, framework="pt"), lambda: safetensors.safe_open(missing, "pt")),
+                         (lambda: load_file(missing), lambda: st.load_file(missing))]:
+        with pytest.raises(FileNotFoundError) as want:
+            theirs()
+        with pytest.raises(FileNotFoundError) as got:
+            ours()
+        assert str(got.value) == str(want.value) == f"No such file or directory: {missing}"

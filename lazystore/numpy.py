@@ -1,0 +1,78 @@
+"""``safetensors.numpy``'s functions over lazystore files: ``save_file``,
+``load_file``, ``save`` and ``load``, with the same names and parameters.
+
+``from lazystore.numpy import save_file, load_file`` where the code had
+``from safetensors.numpy import save_file, load_file``. Files are written
+flat (one array per name) by :func:`lazystore.save`, so they take its
+options (``compression="zstd"``, ...); reading goes through
+:class:`lazystore.safe_open`, as safetensors' own ``load_file`` does, so
+it reads lazystore files, safetensors files and sharded folders.
+docs/torch.md lists the differences from safetensors, one line each.
+
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+
+import numpy as np
+
+from lazystore import api
+from lazystore.errors import InvalidInputError
+from lazystore.torch.handle import safe_open
+
+
+def save_file(tensor_dict: Mapping, filename, metadata: Mapping | None = None, **options) -> None:
+    """Save a dict of numpy arrays to ``filename``, atomically.
+
+    ``metadata`` is any JSON object (safetensors takes str to str; that is a
+    special case). ``options`` are :func:`lazystore.save`'s
+    (``compression``, ``compression_level``, ``chunk_bytes``, ...).
+    Big-endian arrays are stored little-endian, as safetensors stores them;
+    non-contiguous arrays are stored as their values.
+    """
+    api.save(_checked(tensor_dict), filename, metadata=metadata, **options)
+
+
+def save(tensor_dict: Mapping, metadata: Mapping | None = None, **options) -> bytes:
+    """The bytes :func:`save_file` would write (a lazystore file)."""
+    buffer = io.BytesIO()
+    api.save(_checked(tensor_dict), buffer, metadata=metadata, **options)
+    return buffer.getvalue()
+
+
+def load(data, *, verify: bool = True) -> dict[str, np.ndarray]:
+    """The arrays of a checkpoint held in bytes (what :func:`save` returns, or
+    a safetensors file's bytes): writable, owning their memory, in the
+    file's order, each checked against its checksums (``verify=False``
+    skips raw arrays' check)."""
+    with api.open_bytes(data) as ck:
+        return ck.load(verify=verify)
+
+
+def load_file(filename, *, backend: str = "mmap", verify: bool = True) -> dict[str, np.ndarray]:
+    """Every array of ``filename``, in the file's order, as
+    ``safe_open(filename, framework="np").get_tensors()`` gives them:
+    writable; on a local file raw arrays are copy-on-write views of it
+    (writing never changes the file); checked against their checksums
+    unless ``verify=False``. ``backend`` ("mmap" or "pread") is accepted;
+    lazystore picks its own I/O."""
+    with safe_open(filename, framework="np", backend=backend) as f:
+        return f.get_tensors(verify=verify)
+
+
+def _checked(tensor_dict) -> dict[str, np.ndarray]:
+    """``tensor_dict`` as a dict of str to numpy arrays, checked before a byte
+    is written; big-endian arrays byteswapped to little-endian."""
+    if not isinstance(tensor_dict, Mapping):
+        raise InvalidInputError(f"expected a dict of str to numpy.ndarray, got {type(tensor_dict).__name__}")
+    out = {}
+    for name, a in tensor_dict.items():
+        if not isinstance(name, str):
+            raise InvalidInputError(f"array names must be str, got {type(name).__name__}: {name!r}")
+        if not isinstance(a, np.ndarray):
+            raise InvalidInputError(f"{name!r} is a {type(a).__qualname__}, not a numpy.ndarray")
+        out[name] = a.astype(a.dtype.newbyteorder("<")) if a.dtype.byteorder == ">" else a
+    return out
