@@ -1,11 +1,12 @@
 """The name lazystore is installed under, and the install hints that use it.
 
 The import name is ``lazystore``, but ``lazystore`` on the package index is
-an unrelated project: ``pip install 'lazystore[torch]'`` installs that one
-(pip only warns that it has no ``torch`` extra). So the distribution has its
+an unrelated project: asking pip for ``lazystore`` with the torch extra
+installs that one (pip only warns that it has no such extra), and
+``import lazystore`` then imports the wrong library. So the distribution has its
 own name, pyproject.toml's ``[project] name``, and every message that tells
 a user what to install builds its hint here, from that one constant
-(tests/test_distribution.py checks the two agree and that no hint is
+(tests/_core/test_distribution.py checks the two agree and that no hint is
 spelled anywhere else).
 """
 
