@@ -46,6 +46,16 @@ def _steps(interval: int, mode: str) -> list[int]:
     return [interval * i for i in range(1, SERIES[mode] + 1)]
 
 
+def _checkpoints(ctx: Context, interval: int) -> list[Path]:
+    """The fine-tune's checkpoints of the series every ``interval`` steps. A
+    quick (smoke) run trains its few steps into its own temporary folder,
+    deleted with it; a full run's 800 steps take minutes, kept in the user's
+    cache (finetune.cache_dir(), outside the checkout) for the next run."""
+    quick = ctx.scale.mode == "quick"
+    folder = ctx.files.scratch("finetune") if quick else finetune.cache_dir()
+    return finetune.checkpoints(_steps(interval, ctx.scale.mode), folder)
+
+
 def _state(path: Path, model_only: bool):
     import lazystore as ls
 
@@ -85,7 +95,7 @@ def series(ctx: Context) -> list[Result]:
     root = ctx.files.scratch("delta-series")
     rows = []
     for interval in INTERVALS[ctx.scale.mode]:
-        paths = finetune.checkpoints(_steps(interval, ctx.scale.mode))
+        paths = _checkpoints(ctx, interval)
         for model_only, what in ((True, "model"), (False, "model+AdamW")):
             alones = _store(root / "alone", paths, model_only, "standalone")
             alone = sum(alones)
@@ -151,7 +161,7 @@ def timing(ctx: Context) -> list[Result]:
     import lazystore as ls
 
     interval = 10 if ctx.scale.mode == "full" else 1
-    paths = finetune.checkpoints(_steps(interval, ctx.scale.mode))
+    paths = _checkpoints(ctx, interval)
     folder = ctx.files.scratch("delta-timing")
     mgr = _series(folder / "series", paths, True, "delta")
     # The deepest checkpoint the policy made (the latest of the deepest): its restore reads the most files.

@@ -7,9 +7,10 @@ synthetic token ids. Every step changes every parameter a little, which is
 what a fine-tune's successive checkpoints look like.
 
 The checkpoints (model and optimizer state, as a training loop saves them)
-are cached on disk, uncompressed, under ``benchmarks/results/finetune-cache``
-(gitignored): generating 800 steps takes minutes on two cores, and a
-benchmark run reuses them.
+are kept on disk, uncompressed, in a folder the caller names. A full run
+keeps them in :func:`cache_dir`, outside the checkout (generating 800 steps
+takes minutes on two cores, and the next run reuses them); a quick run
+trains its few steps into its own temporary folder, so it leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import json
 import os
 from pathlib import Path
 
-CACHE = Path(__file__).resolve().parent / "results" / "finetune-cache"
+# Overrides where full runs keep the checkpoints (they take ~270 MB a step).
+CACHE_ENV = "LAZYSTORE_BENCH_CACHE"
 LR = 2e-5
 BATCH, SEQ = 8, 64
 SEED = 1234
@@ -49,28 +51,41 @@ def _model_and_optimizer():
     return net, torch.optim.AdamW(net.parameters(), lr=LR), config.vocab_size
 
 
-def checkpoint_path(step: int) -> Path:
-    return CACHE / f"step-{step:06d}.lzy"
+def cache_dir() -> Path:
+    """Where full runs keep the checkpoints: $LAZYSTORE_BENCH_CACHE, else
+    lazystore-bench/finetune in the user's cache folder ($XDG_CACHE_HOME, else
+    ~/.cache). Never inside the checkout: the suite must leave it as it found it."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    # The XDG spec has a relative value ignored.
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "lazystore-bench" / "finetune"
 
 
-def checkpoints(steps: list[int], log=print) -> list[Path]:
-    """The cached checkpoints of these steps, training (from step 0, the
-    pretrained weights) as far as the highest one first if any is missing."""
+def checkpoint_path(folder: Path, step: int) -> Path:
+    return folder / f"step-{step:06d}.lzy"
+
+
+def checkpoints(steps: list[int], folder: Path, log=print) -> list[Path]:
+    """The checkpoints of these steps in ``folder``, training (from step 0,
+    the pretrained weights) as far as the highest one first if any is missing."""
     import lazystore as ls
 
     wanted = sorted(set(steps))
-    if all(checkpoint_path(s).exists() for s in wanted):
-        return [checkpoint_path(s) for s in steps]
+    if all(checkpoint_path(folder, s).exists() for s in wanted):
+        return [checkpoint_path(folder, s) for s in steps]
     import torch
 
     torch.set_num_threads(max(1, (os.cpu_count() or 2)))
-    CACHE.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     net, opt, vocab = _model_and_optimizer()
     net.train()
     gen = torch.Generator().manual_seed(SEED)
     for step in range(wanted[-1] + 1):
-        if step in wanted and not checkpoint_path(step).exists():
-            ls.save({"model": net.state_dict(), "optimizer": opt.state_dict(), "step": step}, checkpoint_path(step))
+        if step in wanted and not checkpoint_path(folder, step).exists():
+            ls.save({"model": net.state_dict(), "optimizer": opt.state_dict(), "step": step},
+                    checkpoint_path(folder, step))
             log(f"fine-tune: saved step {step}")
         if step == wanted[-1]:
             break
@@ -81,7 +96,7 @@ def checkpoints(steps: list[int], log=print) -> list[Path]:
         opt.zero_grad()
         loss.backward()
         opt.step()
-    return [checkpoint_path(s) for s in steps]
+    return [checkpoint_path(folder, s) for s in steps]
 
 
 if __name__ == "__main__":
@@ -90,4 +105,4 @@ if __name__ == "__main__":
 
     t0 = time.perf_counter()
     steps = [int(s) for s in sys.argv[1:]] or list(range(9))
-    print(checkpoints(steps), time.perf_counter() - t0)
+    print(checkpoints(steps, cache_dir()), time.perf_counter() - t0)

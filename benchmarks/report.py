@@ -154,8 +154,11 @@ def _git_commit() -> str:
 
 def machine() -> dict:
     mem_kib = _first("/proc/meminfo", "MemTotal").split()
-    versions = {}
-    for pkg in ("lazystore", "numpy", "zstandard", "xxhash", "safetensors", "torch", "ml_dtypes", "matplotlib"):
+    import lazystore
+
+    # The code measured, whichever distribution name (or none: PYTHONPATH) it came by.
+    versions = {"lazystore": lazystore.__version__}
+    for pkg in ("numpy", "zstandard", "xxhash", "safetensors", "torch", "ml_dtypes", "matplotlib"):
         try:
             versions[pkg] = importlib.metadata.version(pkg)
         except importlib.metadata.PackageNotFoundError:

@@ -24,6 +24,7 @@ import os
 from collections.abc import Mapping
 
 import lazystore as ls
+from lazystore._core.distribution import install_hint
 from lazystore.errors import MissingDependencyError
 
 try:
@@ -31,7 +32,7 @@ try:
     from lightning.fabric.utilities.cloud_io import get_filesystem
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependencyError(
-        "lazystore.lightning needs PyTorch Lightning: pip install 'lazystore[lightning]'") from exc
+        f"lazystore.lightning needs PyTorch Lightning: {install_hint('lightning', 'lightning')}") from exc
 
 
 class LazyStoreCheckpointIO(CheckpointIO):

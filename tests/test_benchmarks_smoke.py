@@ -1,12 +1,15 @@
 """Smoke test of the benchmark suite: `python -m benchmarks --quick` runs end
-to end and writes complete results. It never asserts on speed: a MISS is a
-result, not a failure."""
+to end, writes complete results, and leaves the checkout as it found it. It
+never asserts on speed: a MISS is a result, not a failure."""
 
 import json
 import math
+import os
 import subprocess
 import sys
+from pathlib import Path
 
+from benchmarks import finetune
 from tests.paths import REPO
 
 # The issue's targets, by their ids in benchmarks.json.
@@ -40,17 +43,45 @@ BACKGROUND = {
 }
 
 
+def checkout_files() -> set[str]:
+    """Every file in the checkout, ignored ones included, but git's own and
+    the bytecode caches Python writes beside the modules it imports."""
+    found = set()
+    for root, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in (".git", "__pycache__")]
+        found.update(os.path.relpath(os.path.join(root, f), REPO) for f in files)
+    return found
+
+
+def test_the_finetune_cache_is_outside_the_checkout(monkeypatch, tmp_path):
+    """Where full runs keep the fine-tune (docs/benchmarks.md says how to clear it)."""
+    monkeypatch.delenv(finetune.CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert finetune.cache_dir() == tmp_path / "xdg" / "lazystore-bench" / "finetune"
+    for unset in ("", "relative/cache"):  # the XDG spec has a relative value ignored
+        monkeypatch.setenv("XDG_CACHE_HOME", unset)
+        assert finetune.cache_dir() == Path.home() / ".cache" / "lazystore-bench" / "finetune"
+    assert REPO not in finetune.cache_dir().parents
+    monkeypatch.setenv(finetune.CACHE_ENV, str(tmp_path / "mine"))
+    assert finetune.cache_dir() == tmp_path / "mine"
+
+
 def _positive(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
 def test_quick_benchmark_run(tmp_path):
     out = tmp_path / "out"
+    before = checkout_files()
+    # Where a full run would cache the fine-tune: a quick run must not.
+    env = {**os.environ, finetune.CACHE_ENV: str(tmp_path / "finetune-cache")}
     run = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), "--workdir", str(tmp_path)],
-        check=False, cwd=REPO, capture_output=True, text=True, timeout=900,
+        check=False, cwd=REPO, capture_output=True, text=True, timeout=900, env=env,
     )
     assert run.returncode == 0, run.stderr[-4000:]
+    after = checkout_files()
+    assert after == before, {"written": sorted(after - before), "removed": sorted(before - after)}
     assert "| measure" in run.stdout  # the table went to stdout
 
     report = json.loads((out / "benchmarks.json").read_text())
@@ -90,5 +121,5 @@ def test_quick_benchmark_run(tmp_path):
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Only the page's own copy is ever updated; none here.
     assert not (out / "benchmarks.md").exists()
-    # The temporary files were cleaned up: only the output folder is left.
+    # The temporary files were cleaned up, the quick run's fine-tune with them: only the output folder is left.
     assert [p.name for p in tmp_path.iterdir()] == ["out"]

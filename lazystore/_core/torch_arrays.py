@@ -16,10 +16,11 @@ import sys
 
 import numpy as np
 
+from lazystore._core.distribution import install_hint
 from lazystore._core.dtypes import BY_TORCH_NAME, lookup
 from lazystore.errors import FormatError, InvalidInputError, MissingDependencyError, UnsupportedDtypeError
 
-EXTRA = "pip install 'lazystore[torch]'"
+EXTRA = install_hint("torch", "torch")
 
 
 def is_tensor(x) -> bool:

@@ -38,7 +38,7 @@ def local_path(path):
 def open_source(path, storage_options=None, *, mmap: bool = True) -> ByteSource:
     """The source of a local path or ``file://`` URL (memory-mapped, unless
     ``mmap=False``), or of any other fsspec URL (range requests; needs
-    ``lazystore[remote]``). ``storage_options`` go to the fsspec filesystem;
+    the ``remote`` extra). ``storage_options`` go to the fsspec filesystem;
     local paths ignore them."""
     local = local_path(path)
     if local is not None:

@@ -27,12 +27,13 @@ import errno
 import importlib
 import time
 
+from lazystore._core.distribution import install_hint
 from lazystore.errors import InvalidInputError, MissingDependencyError, RangeNotSupportedError, RemoteError
 from lazystore.sources import http_ranges
 from lazystore.sources.base import ByteSource
 from lazystore.sources.ranges import WrongAnswer, coalesce, wrong_length
 
-EXTRA = "pip install 'lazystore[remote]'"
+EXTRA = install_hint("remote", "fsspec s3fs aiohttp")
 
 # Ranges at most this far apart are fetched as one request (the gap is read
 # and dropped): it covers the alignment padding between neighbouring tensors.
@@ -59,7 +60,7 @@ def import_fsspec():
         return importlib.import_module("fsspec")
     except ImportError as exc:
         raise MissingDependencyError(
-            f"reading or writing URLs needs fsspec: {EXTRA} (fsspec, s3fs, aiohttp)"
+            f"reading or writing URLs needs fsspec: {EXTRA}"
         ) from exc
 
 
@@ -70,7 +71,7 @@ def url_to_fs(url: str, storage_options=None):
         return fsspec.core.url_to_fs(url, **dict(storage_options or {}))
     except ImportError as exc:  # the filesystem's own package (s3fs, gcsfs, aiohttp, ...)
         raise MissingDependencyError(
-            f"{url}: {exc}. {EXTRA} brings fsspec, s3fs (s3://) and aiohttp (http(s)://); "
+            f"{url}: {exc}. The remote extra brings fsspec, s3fs (s3://) and aiohttp (http(s)://): {EXTRA}; "
             "other stores need their own fsspec package (gcsfs for gs://, adlfs for az://)") from exc
     except ValueError as exc:  # e.g. an unknown protocol
         raise InvalidInputError(f"{url}: {exc}") from exc

@@ -25,6 +25,7 @@ dcp = pytest.importorskip("torch.distributed.checkpoint")
 from torch.distributed.checkpoint.api import CheckpointException
 
 import lazystore as ls
+from lazystore._core.distribution import DISTRIBUTION
 from lazystore.dcp import METADATA_FILE, LazyStoreReader, LazyStoreWriter, rank_file
 from lazystore.dcp import metadata as dcp_metadata
 
@@ -319,7 +320,7 @@ def test_a_url_checkpoint_without_fsspec_names_the_extra(tmp_path):
         "try:\n"
         "    w._check_existing('metadata.lzy')\n"
         "except ls.MissingDependencyError as exc:\n"
-        "    assert 'lazystore[remote]' in str(exc), exc\n"
+        f"    assert \"'{DISTRIBUTION}[remote]'\" in str(exc), exc\n"
         "    print('ok')\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import re
 import socket
 import time
 import uuid
@@ -25,6 +26,7 @@ import numpy as np
 import pytest
 
 import lazystore as ls
+from lazystore._core.distribution import DISTRIBUTION
 from lazystore._native import layout as fmt
 from lazystore.sources import LocalFile, is_url, local_path, open_source
 from lazystore.sources.fsspec import ATTEMPTS, MAX_GAP, MAX_REQUEST, FsspecSource
@@ -302,7 +304,7 @@ def test_urls_without_the_extra_name_it(monkeypatch, tmp_path):
     ls.save(tensors(1), path)
     monkeypatch.setitem(__import__("sys").modules, "fsspec", None)  # as if not installed
     for call in (lambda: ls.open("s3://bucket/ck.lzy"), lambda: ls.save(tensors(1), "s3://bucket/ck.lzy")):
-        with pytest.raises(ls.MissingDependencyError, match=r"pip install 'lazystore\[remote\]'"):
+        with pytest.raises(ls.MissingDependencyError, match=re.escape(f"pip install '{DISTRIBUTION}[remote]'")):
             call()
     with ls.open(path) as ck:  # local paths never need it
         assert len(ck) == 1

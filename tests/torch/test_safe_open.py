@@ -166,7 +166,9 @@ def test_numpy_framework_needs_no_torch(tmp_path):
         try:
             load_file("n.lzy")
         except ls.MissingDependencyError as exc:
-            assert "lazystore.torch reads and writes PyTorch tensors" in str(exc) and "lazystore[torch]" in str(exc)
+            from lazystore._core.distribution import DISTRIBUTION
+            assert "lazystore.torch reads and writes PyTorch tensors" in str(exc)
+            assert f"'{DISTRIBUTION}[torch]'" in str(exc), exc
         else:
             raise AssertionError("no MissingDependencyError")
         print("ok")

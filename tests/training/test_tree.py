@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lazystore as ls
+from lazystore._core.distribution import DISTRIBUTION
 from lazystore.testing.strategies import DTYPE_LIST, random_array, reaches_mmap, same_bits, same_tree
 from lazystore.training import tree
 from tests.paths import FORMAT_SPEC
@@ -682,7 +683,7 @@ def test_without_torch_installed(tmp_path):
             raise SystemExit("no error")
     """, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "pip install 'lazystore[torch]'" in proc.stdout
+    assert f"pip install '{DISTRIBUTION}[torch]'" in proc.stdout and "pip install torch" in proc.stdout
 
 
 def test_python_values_are_structure_not_array_likes(tmp_path):
