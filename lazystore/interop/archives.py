@@ -102,10 +102,15 @@ def _info(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> TensorInfo:
 
 def open_torch(path) -> ArraysView:
     """A view of a torch zip's tensors, keyed as :func:`lazystore.save` would
-    name them; nested state keeps its structure (``system_metadata``)."""
+    name them; nested state keeps its structure (``system_metadata``), and
+    a flat dict of tensors is a flat torch checkpoint (``metadata``)."""
     obj = load_torch(path)
+    metadata = {}
     if tree.is_flat(obj):
         structure, leaves = None, obj
+    elif tree.is_flat_torch(obj):  # a state_dict: a flat torch checkpoint, as ls.save writes it
+        structure, leaves = None, obj
+        metadata = {tree.FORMAT_KEY: tree.TORCH_FORMAT}
     else:
         try:
             structure, leaves = tree.flatten(obj)
@@ -114,7 +119,7 @@ def open_torch(path) -> ArraysView:
     arrays = {k: tree.as_array(v) for k, v in leaves.items()}
     infos = {k: _info(k, a.dtype, a.shape) for k, a in arrays.items()}
     system = {tree.TREE_KEY: structure} if structure is not None else {}
-    return ArraysView(str(path), infos, arrays.__getitem__, fmt="torch", system_metadata=system)
+    return ArraysView(str(path), infos, arrays.__getitem__, fmt="torch", metadata=metadata, system_metadata=system)
 
 
 def open_npz(path) -> ArraysView:

@@ -16,11 +16,11 @@ import json
 
 import numpy as np
 
-from lazystore._core import staging, torch_arrays
+from lazystore._core import staging, ties, torch_arrays
 from lazystore._core.dtypes import lookup
 from lazystore.api import open as open_checkpoint
 from lazystore.errors import ClosedError, InvalidInputError, TensorNotFoundError
-from lazystore.torch import files, ties
+from lazystore.torch import files
 
 # safetensors' spellings of the frameworks lazystore gives tensors for.
 FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}

@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from itertools import chain
 
+from lazystore._core import ties
 from lazystore.errors import StateDictMismatchError
-from lazystore.torch import files, ties
+from lazystore.torch import files
 
 
 def save_model(model, filename, metadata: Mapping | None = None, force_contiguous: bool = True,
@@ -36,7 +37,7 @@ def save_model(model, filename, metadata: Mapping | None = None, force_contiguou
     metadata = dict(metadata or {})
     for alias, kept in aliases.items():
         metadata.setdefault(alias, kept)  # informative only: loading reads lazystore's own record
-    files.write(state, filename, metadata, aliases, options)
+    files.write(state, filename, metadata, options)
 
 
 def load_model(model, filename, strict: bool = True, device="cpu", *, backend: str = "mmap", verify: bool = True

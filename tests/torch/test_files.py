@@ -12,8 +12,8 @@ import safetensors.torch as st
 import torch
 
 import lazystore as ls
+from lazystore._core.ties import KEY as ALIASES
 from lazystore.torch import load, load_file, save, save_file
-from lazystore.torch.ties import KEY as ALIASES
 
 
 def tensors() -> dict[str, torch.Tensor]:
