@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import partial
 
-from lazystore._core import arguments, staging, ties, torch_reads
+from lazystore._core import arguments, frameworks, staging, ties, torch_reads
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore._native.writer import Writer
 from lazystore.errors import InvalidInputError
@@ -74,9 +74,10 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     leaves become tensors named by their path joined with "/"; the rest of
     the structure is recorded in the file so :func:`load` rebuilds it. A flat
     mapping of str names to numpy arrays is written as is, with no structure,
-    and so is one of str names to torch tensors (a ``state_dict()``), its
-    metadata saying ``{"format": "pt"}`` as safetensors files from torch do,
-    and tensors that are one tensor under several names (tied weights)
+    and so is one of str names to torch tensors (a ``state_dict()``), marked
+    as torch (a ``.safetensors`` file also gets ``{"format": "pt"}`` in its
+    metadata, as transformers writes it, unless ``metadata`` has a
+    ``"format"``), and tensors that are one tensor under several names (tied weights)
     stored once in a lazystore file: the same file
     ``lazystore.torch.save_file`` writes. Nothing is pickled.
 
@@ -158,8 +159,8 @@ def _fill(w, prepared: background.Prepared, system_metadata: Mapping | None = No
     writer and close it, with reserved metadata entries for lazystore's own
     layers; an error discards the writer's file. Returns the written path.
 
-    A flat dict of torch tensors gets the metadata entry saying so (unless
-    the caller's metadata has that key), and in a lazystore file each alias
+    A flat dict of torch tensors gets the reserved entry saying so, and in
+    a lazystore file each alias
     is recorded instead of stored again; a safetensors file, which has no
     such records, stores it whole."""
     structure = prepared.structure
@@ -168,7 +169,7 @@ def _fill(w, prepared: background.Prepared, system_metadata: Mapping | None = No
         if structure is not None:
             w.system_metadata[tree.TREE_KEY] = structure
         if prepared.torch_flat:
-            w.metadata.setdefault(tree.FORMAT_KEY, tree.TORCH_FORMAT)
+            w.system_metadata[frameworks.FRAMEWORK_KEY] = frameworks.TORCH
         if aliases:
             w.system_metadata[ties.KEY] = ties.encode(aliases)
         w.system_metadata.update(system_metadata or {})
@@ -183,9 +184,9 @@ def load(path, keys=None, *, map_location=None, verify: bool = True, storage_opt
     """Read a checkpoint back, as it was saved.
 
     A flat checkpoint (no nested structure) gives a dict of names to arrays,
-    or to torch tensors on ``map_location`` when its metadata says
-    ``{"format": "pt"}`` (a ``state_dict()`` saved flat, any safetensors
-    file from transformers), names saved as one tensor as one tensor
+    or to torch tensors on ``map_location`` when it is marked as torch (a
+    ``state_dict()`` saved flat) or its metadata says ``{"format": "pt"}``
+    (safetensors files from transformers), names saved as one tensor as one tensor
     object. Nested state comes back with the same structure and types: tuples stay
     tuples, int keys ints, torch tensors torch tensors (on ``map_location``:
     "cpu", "cuda:0" or a torch.device; None means the CPU), numpy arrays
@@ -222,7 +223,7 @@ def load(path, keys=None, *, map_location=None, verify: bool = True, storage_opt
     """
     with open(path, verify=verify, storage_options=storage_options) as ck:
         structure = ck.system_metadata.get(tree.TREE_KEY)
-        if structure is None and tree.saved_from_torch(ck.metadata):
+        if structure is None and frameworks.saved_from_torch(ck.metadata, ck.system_metadata):
             torch_adapter.require()
             return torch_reads.tensors_of(ck, keys, torch_adapter.device(map_location), verify=verify)
         if structure is None:

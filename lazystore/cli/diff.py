@@ -15,13 +15,13 @@ from collections.abc import Mapping
 import numpy as np
 
 import lazystore as ls
-from lazystore._core import ties
+from lazystore._core import frameworks, ties
 from lazystore._core.blocks import blocks
 from lazystore.cli.errors import about
 from lazystore.cli.inputs import open_input
 from lazystore.cli.progress import progress
 from lazystore.cli.text import dtype_name, format_shape, one_value, plural, short_json
-from lazystore.training.tree import looked_through
+from lazystore.training.tree import TREE_KEY, looked_through
 
 # diff reads tensors in blocks of about this many bytes per file.
 DIFF_BLOCK_BYTES = 16 << 20
@@ -121,8 +121,9 @@ class _Compared:
     """A checkpoint as diff sees it: the same tensors are the same checkpoint
     however they were saved. A name stored as an alias of another's tensor
     (tied weights in a lazystore file) is that tensor, as it is whole in a
-    safetensors file; and a state_dict an older version saved as a tree
-    around a flat dict is the flat checkpoint it holds."""
+    safetensors file; a state_dict an older version saved as a tree around
+    a flat dict is the flat checkpoint it holds; and ``{"format": "pt"}``
+    in the metadata means what lazystore's torch mark does."""
 
     def __init__(self, ck):
         stored = list(ck)
@@ -130,6 +131,11 @@ class _Compared:
         self._aliases = ties.read_aliases(ck.system_metadata, stored)
         self.names = stored + [a for a in self._aliases if a not in stored]
         self.metadata, system = looked_through(ck.metadata, ck.system_metadata)
+        if TREE_KEY not in system and frameworks.saved_from_torch(self.metadata, system):
+            # {"format": "pt"} (a file from transformers) says what lazystore's own mark does
+            system[frameworks.FRAMEWORK_KEY] = frameworks.TORCH
+            if self.metadata.get(frameworks.FORMAT_KEY) == frameworks.TORCH_FORMAT:
+                del self.metadata[frameworks.FORMAT_KEY]
         self.system_metadata = {k: v for k, v in system.items() if k != ties.KEY}
 
     def info(self, name: str) -> ls.TensorInfo:

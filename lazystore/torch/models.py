@@ -18,6 +18,7 @@ from itertools import chain
 
 from lazystore._core import ties
 from lazystore.errors import StateDictMismatchError
+from lazystore.interop import targets
 from lazystore.torch import files
 
 
@@ -37,6 +38,9 @@ def save_model(model, filename, metadata: Mapping | None = None, force_contiguou
     metadata = dict(metadata or {})
     for alias, kept in aliases.items():
         metadata.setdefault(alias, kept)  # informative only: loading reads lazystore's own record
+    if targets.format_of(filename) == "safetensors":
+        # As safetensors' save_model writes it: the aliases only noted (load_model ties them again).
+        state = {name: t for name, t in state.items() if name not in aliases}
     files.write(state, filename, metadata, options)
 
 

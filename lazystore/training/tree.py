@@ -28,16 +28,13 @@ from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 
+from lazystore._core import frameworks
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore._core.dtypes import spec_for
 from lazystore.errors import FormatError, InvalidInputError, UnsupportedDtypeError, UnsupportedVersionError
 from lazystore.views.base import ViewBase
 
 TREE_KEY = "__lazystore_tree__"
-# A flat file of torch tensors says so in its metadata, as safetensors files
-# written from torch do ({"format": "pt"}; Hugging Face requires it).
-FORMAT_KEY = "format"
-TORCH_FORMAT = "pt"
 TREE_VERSION = 1
 SEP = "/"
 # A leaf whose joined path is already taken gets "<path>~1", "<path>~2", ...
@@ -71,7 +68,7 @@ def is_flat(obj) -> bool:
 
 def is_flat_torch(obj) -> bool:
     """A non-empty mapping of str names to torch tensors (a ``state_dict()``):
-    stored without a tree, its metadata saying :data:`TORCH_FORMAT`, so it is
+    stored without a tree, marked as torch (:mod:`lazystore._core.frameworks`), so it is
     the same file whichever way it was saved (``ls.save``, ``save_file``, a
     conversion) and loads as torch tensors. A Parameter's flags and a
     state_dict's ``_metadata`` are not kept, as in safetensors."""
@@ -80,24 +77,19 @@ def is_flat_torch(obj) -> bool:
     return all(isinstance(k, str) and torch_adapter.is_tensor(v) for k, v in obj.items())
 
 
-def saved_from_torch(metadata: Mapping) -> bool:
-    """Does a flat checkpoint's metadata say its tensors are torch tensors
-    (safetensors' convention, which Hugging Face files follow)?"""
-    return metadata.get(FORMAT_KEY) == TORCH_FORMAT
-
-
 def looked_through(metadata: Mapping, system_metadata: Mapping) -> tuple[dict, dict]:
     """A checkpoint's ``(metadata, system_metadata)`` as if it were flat, when
     its tree only wraps a flat dict of tensors of one kind (older versions
     saved a ``state_dict()`` so): the tree dropped, and for torch tensors
-    the format entry a flat torch file has. Anything else is returned as is.
-    ``lazystore merge`` and ``diff`` compare checkpoints this way."""
+    the mark a flat torch file has. Anything else is returned as is.
+    ``lazystore convert``, ``merge`` and ``diff`` see checkpoints this way."""
     kind = _flat_shape(system_metadata.get(TREE_KEY))
     if kind is None:
         return dict(metadata), dict(system_metadata)
     system = {k: v for k, v in system_metadata.items() if k != TREE_KEY}
-    extra = {FORMAT_KEY: TORCH_FORMAT} if kind == "torch" else {}
-    return {**extra, **metadata}, system
+    if kind == "torch":
+        system[frameworks.FRAMEWORK_KEY] = frameworks.TORCH
+    return dict(metadata), system
 
 
 def _flat_shape(structure) -> str | None:

@@ -27,20 +27,20 @@ class ArraysView(ViewBase):
     :class:`ViewBase`'s.
     """
 
-    def __init__(self, name: str, infos: dict[str, TensorInfo], get, *, fmt: str, metadata=None,
-                 system_metadata=None, release=None, read_part=None):
+    def __init__(self, name: str, infos: dict[str, TensorInfo], get, *, fmt: str, system_metadata=None,
+                 release=None, read_part=None):
         self.name = name
         self._table = infos
         self._get = get
         self._read_part = read_part or self._part_of_whole
         self._on_release = release
         self.format = fmt
-        self._metadata: dict = dict(metadata or {})
+        self._metadata: dict = {}
         self._system_metadata: dict = dict(system_metadata or {})
 
     def _selection(self, table: dict) -> ArraysView:
-        return ArraysView(self.name, table, self._get, fmt=self.format, metadata=self._metadata,
-                          system_metadata=self._system_metadata, read_part=self._read_part)
+        return ArraysView(self.name, table, self._get, fmt=self.format, system_metadata=self._system_metadata,
+                          read_part=self._read_part)
 
     def _release(self) -> None:
         if self._on_release is not None:

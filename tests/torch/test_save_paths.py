@@ -1,8 +1,8 @@
 """Issue #25: one state_dict, one meaning, whichever way it was saved, and
 the extension deciding the format, in Python as on the command line.
 
-A flat dict of names to torch tensors is a flat checkpoint marked
-``{"format": "pt"}`` whether ``ls.save``, ``lazystore.torch.save_file`` or a
+A flat dict of names to torch tensors is a flat checkpoint marked as torch
+(``{"format": "pt"}`` in a safetensors file, for other tools) whether ``ls.save``, ``lazystore.torch.save_file`` or a
 conversion wrote it; ``ls.load`` gives torch tensors for it, so
 ``model.load_state_dict(ls.load(p))`` works; ``merge`` and ``diff`` see the
 same tensors; a ``.safetensors`` name gets a genuine safetensors file."""
@@ -88,7 +88,6 @@ def test_a_state_dict_loads_into_its_model_from_every_save_path(tmp_path, capsys
         m.load_state_dict(loaded)  # strict: every name, tied head included
         for name, t in m.state_dict().items():
             assert torch.equal(t, want[name]), (label, name)
-        assert ls.open(path).metadata == {"format": "pt"}, label
         assert TREE_KEY not in ls.open(path).system_metadata, label
 
 
@@ -124,11 +123,19 @@ def test_nested_state_and_mixed_dicts_stay_nested(tmp_path):
     assert isinstance(back["w"], torch.Tensor) and isinstance(back["n"], np.ndarray)
 
 
-def test_a_numpy_dict_stays_numpy_and_user_format_metadata_wins(tmp_path):
+def test_a_numpy_dict_stays_numpy_and_the_users_metadata_stays_theirs(tmp_path):
     ls.save({"x": np.arange(3)}, tmp_path / "n.lzy")
     assert isinstance(ls.load(tmp_path / "n.lzy")["x"], np.ndarray)
-    ls.save({"x": torch.arange(3)}, tmp_path / "t.lzy", metadata={"format": "np"})
-    assert isinstance(ls.load(tmp_path / "t.lzy")["x"], np.ndarray)
+    for name in ("t.lzy", "t.safetensors"):
+        lst.save_file({"x": torch.arange(3)}, tmp_path / name)
+        assert ls.open(tmp_path / name).metadata == {}  # lazystore's mark is its own
+        with lst.safe_open(tmp_path / name) as f:
+            assert f.metadata() is None
+    with safetensors.safe_open(tmp_path / "t.safetensors", framework="pt") as f:
+        assert f.metadata()["format"] == "pt"  # for other tools
+    ls.save({"x": torch.arange(3)}, tmp_path / "u.safetensors", metadata={"format": "mine"})
+    assert ls.open(tmp_path / "u.safetensors").metadata == {"format": "mine"}
+    assert isinstance(ls.load(tmp_path / "u.safetensors")["x"], torch.Tensor)
 
 
 def test_an_older_state_dict_file_loads_as_before(tmp_path):
