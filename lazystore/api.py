@@ -141,8 +141,9 @@ def _check_safetensors(obj, path, *, compression, base, options) -> None:
     hold: nested state, compression, a delta, lazystore's layout options."""
     why = None
     if not (tree.is_flat(obj) or tree.is_flat_torch(obj)):
-        why = ("it holds nested training state (or mixes numpy arrays and torch tensors); safetensors "
-               "holds a flat dict of names to tensors of one kind")
+        why = ("it holds nested training state, numpy arrays mixed with torch tensors, or tensors that "
+               "are nn.Parameter or require grad (only a lazystore file records those; save "
+               "{name: t.detach()} for plain tensors); safetensors holds a flat dict of names to tensors")
     elif compression not in (None, "none"):
         why = f"safetensors stores raw bytes, so compression={compression!r} cannot apply"
     elif base is not None:

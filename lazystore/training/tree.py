@@ -70,11 +70,12 @@ def is_flat_torch(obj) -> bool:
     """A non-empty mapping of str names to torch tensors (a ``state_dict()``):
     stored without a tree, marked as torch (:mod:`lazystore._core.frameworks`), so it is
     the same file whichever way it was saved (``ls.save``, ``save_file``, a
-    conversion) and loads as torch tensors. A Parameter's flags and a
-    state_dict's ``_metadata`` are not kept, as in safetensors."""
+    conversion) and loads as torch tensors. A state_dict's ``_metadata`` is
+    not kept, as in safetensors. A tensor that is a Parameter or requires
+    grad makes it nested state: only the tree records those."""
     if not isinstance(obj, Mapping) or isinstance(obj, ViewBase) or not obj:
         return False
-    return all(isinstance(k, str) and torch_adapter.is_tensor(v) for k, v in obj.items())
+    return all(isinstance(k, str) and torch_adapter.is_plain(v) for k, v in obj.items())
 
 
 def looked_through(metadata: Mapping, system_metadata: Mapping) -> tuple[dict, dict]:

@@ -208,7 +208,8 @@ def test_a_safetensors_name_gets_a_safetensors_file_that_is_checked(tmp_path):
     lambda p: ls.save({"w": torch.ones(2)}, p, compression="zstd"),
     lambda p: lst.save_file({"w": torch.ones(2)}, p, compression="zstd"),
     lambda p: ls.save({"w": np.ones(2)}, p, chunk_bytes=1 << 20),
-], ids=["nested", "compressed", "save_file compressed", "layout option"])
+    lambda p: ls.save({"w": torch.nn.Parameter(torch.ones(2))}, p),
+], ids=["nested", "compressed", "save_file compressed", "layout option", "parameter"])
 def test_what_safetensors_cannot_hold_is_refused_pointing_at_lzy(tmp_path, call):
     path = tmp_path / "x.safetensors"
     with pytest.raises(ls.InvalidInputError, match=r"\.lzy"):
