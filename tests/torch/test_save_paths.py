@@ -230,3 +230,11 @@ def test_other_names_get_a_lazystore_file(tmp_path):
     for name in ("x.lzy", "x.ckpt", "x"):
         ls.save({"w": torch.ones(2)}, tmp_path / name)
         assert ls.open(tmp_path / name).format == "lazystore"
+
+
+def test_a_manager_saves_a_state_dict_flat_and_restores_torch_tensors(tmp_path):
+    sd = model().state_dict()
+    with ls.CheckpointManager(tmp_path / "ckpts") as mgr:
+        path = mgr.save(1, sd)
+        assert TREE_KEY not in ls.open(path).system_metadata
+        fresh().load_state_dict(mgr.restore())
