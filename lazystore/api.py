@@ -14,13 +14,15 @@ from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 
-from lazystore._core import arguments, staging
+from lazystore._core import arguments, frameworks, staging, ties, torch_reads
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore._native.base_ref import BASE_KEY
 from lazystore._native.writer import Writer
 from lazystore.errors import BaseCheckpointError, InvalidInputError
+from lazystore.interop import targets
 from lazystore.interop.detect import open_file, open_view
 from lazystore.interop.folders import open_checkpoint_folder
+from lazystore.interop.safetensors import SafetensorsWriter
 from lazystore.interop.sharded_writer import ShardedWriter
 from lazystore.sources import local_path
 from lazystore.sources.in_memory import BytesSource, check_binary_file, is_file_object, read_file_object
@@ -84,8 +86,20 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     moved to the CPU) and scalar leaves (int, float, bool, None, str). Tensor
     leaves become tensors named by their path joined with "/"; the rest of
     the structure is recorded in the file so :func:`load` rebuilds it. A flat
-    mapping of str names to numpy arrays is written as is, with no structure.
-    Nothing is pickled.
+    mapping of str names to numpy arrays is written as is, with no structure,
+    and so is one of str names to torch tensors (a ``state_dict()``), marked
+    as torch (a ``.safetensors`` file also gets ``{"format": "pt"}`` in its
+    metadata, as transformers writes it, unless ``metadata`` has a
+    ``"format"``), and tensors that are one tensor under several names (tied weights)
+    stored once in a lazystore file: the same file
+    ``lazystore.torch.save_file`` writes. Nothing is pickled.
+
+    The extension of ``path`` decides the format (see docs/training.md):
+    ``.safetensors`` writes a genuine safetensors file, lazystore's checksums
+    in its metadata (nested state, compression, ``base``, ``alignment`` and
+    ``chunk_bytes`` raise InvalidInputError); ``.pt``, ``.pth``, ``.bin``
+    and ``.npz`` (formats lazystore does not write) raise InvalidInputError;
+    any other name gets a lazystore file.
 
     ``path`` may be an object-store URL (``s3://``, ``gs://``, ``az://``,
     ``memory://``): the object appears only when its upload completes, and a
@@ -135,6 +149,11 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
         if base is not None:
             raise InvalidInputError("a sharded save cannot be a delta against a base")
         writer = partial(ShardedWriter, max_shard_size=max_shard_size)
+    elif (fmt := targets.format_of(path)) == "safetensors":
+        _check_safetensors(obj, path, compression=compression, base=base, options=writer_options)
+        writer = partial(SafetensorsWriter, storage_options=storage_options)
+    elif (refused := targets.refusal(path, fmt)) is not None:
+        raise InvalidInputError(refused)
     else:
         writer = partial(Writer, storage_options=storage_options, base=base)
     open_writer = partial(writer, path, compression=compression, compression_level=compression_level,
@@ -174,30 +193,63 @@ def _open_in_memory(source, verify: bool) -> CheckpointView:
     return ck
 
 
+def _check_safetensors(obj, path, *, compression, base, options) -> None:
+    """Refuse, before anything is written, what a safetensors file cannot
+    hold: nested state, compression, a delta, lazystore's layout options."""
+    why = None
+    if not (tree.is_flat(obj) or tree.is_flat_torch(obj)):
+        why = ("it holds nested training state, numpy arrays mixed with torch tensors, or tensors that "
+               "are nn.Parameter or require grad (only a lazystore file records those; save "
+               "{name: t.detach()} for plain tensors); safetensors holds a flat dict of names to tensors")
+    elif compression not in (None, "none"):
+        why = f"safetensors stores raw bytes, so compression={compression!r} cannot apply"
+    elif base is not None:
+        why = "a delta checkpoint (base=) is a lazystore file"
+    elif options:
+        why = f"{', '.join(sorted(options))} set(s) the layout of a lazystore file"
+    if why is not None:
+        raise InvalidInputError(f"{path}: cannot save as safetensors (the .safetensors extension): {why}. "
+                                "Save to a .lzy name to write a lazystore file.")
+
+
 def _fill(w, prepared: background.Prepared, system_metadata: Mapping | None = None):
     """Write a prepared state (see :func:`background.prepare`) into an open
     writer and close it, with reserved metadata entries for lazystore's own
-    layers; an error discards the writer's file. Returns the written path."""
+    layers; an error discards the writer's file. Returns the written path.
+
+    A flat dict of torch tensors gets the reserved entry saying so, and in
+    a lazystore file each alias
+    is recorded instead of stored again; a safetensors file, which has no
+    such records, stores it whole."""
     structure = prepared.structure
+    aliases = prepared.aliases if isinstance(w, Writer) else {}
     with w:
         if structure is not None:
             w.system_metadata[tree.TREE_KEY] = structure
+        if prepared.torch_flat:
+            w.system_metadata[frameworks.FRAMEWORK_KEY] = frameworks.TORCH
+        if aliases:
+            w.system_metadata[ties.KEY] = ties.encode(aliases)
         w.system_metadata.update(system_metadata or {})
         for key, leaf in prepared.leaves.items():
-            # One leaf at a time: a GPU tensor's CPU copy lives only while it is written.
-            w.add(key, leaf if structure is None else tree.as_array(leaf))
+            if key not in aliases:
+                # One leaf at a time: a GPU tensor's CPU copy lives only while it is written.
+                w.add(key, tree.as_array(leaf))
     return w.path
 
 
 def load(path, keys=None, *, map_location=None, verify: bool = True, storage_options: Mapping | None = None):
     """Read a checkpoint back, as it was saved.
 
-    A flat checkpoint (no nested structure) gives a dict of names to arrays.
-    Nested state comes back with the same structure and types: tuples stay
+    A flat checkpoint (no nested structure) gives a dict of names to arrays,
+    or to torch tensors on ``map_location`` when it is marked as torch (a
+    ``state_dict()`` saved flat) or its metadata says ``{"format": "pt"}``
+    (safetensors files from transformers), names saved as one tensor as one tensor
+    object. Nested state comes back with the same structure and types: tuples stay
     tuples, int keys ints, torch tensors torch tensors (on ``map_location``:
     "cpu", "cuda:0" or a torch.device; None means the CPU), numpy arrays
     numpy arrays. ``map_location`` is never ignored: where nothing loaded is
-    a torch tensor (a flat checkpoint, numpy state), any device but the CPU
+    a torch tensor (a flat numpy checkpoint, numpy state), any device but the CPU
     raises InvalidInputError pointing at ``lazystore.torch.load_file``, which
     returns torch tensors on a device.
 
@@ -229,6 +281,9 @@ def load(path, keys=None, *, map_location=None, verify: bool = True, storage_opt
     """
     with open(path, verify=verify, storage_options=storage_options) as ck:
         structure = ck.system_metadata.get(tree.TREE_KEY)
+        if structure is None and frameworks.saved_from_torch(ck.metadata, ck.system_metadata):
+            torch_adapter.require()
+            return torch_reads.tensors_of(ck, keys, torch_adapter.device(map_location), verify=verify)
         if structure is None:
             torch_adapter.check_nothing_to_place(map_location)  # never ignored: see its docstring
             return ck.load(keys, verify=verify)

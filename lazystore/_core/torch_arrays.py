@@ -74,6 +74,14 @@ def describe(t, where: str = "") -> dict:
     return attrs
 
 
+def is_plain(t) -> bool:
+    """A torch tensor for which :func:`describe` records no attribute (not
+    an nn.Parameter, not requiring grad). Never imports torch."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(t, torch.Tensor) and type(t) is not torch.nn.Parameter \
+        and not t.requires_grad
+
+
 def to_numpy(t) -> np.ndarray:
     """A numpy array of a tensor's values, moved to the CPU first. Shares
     memory with a CPU tensor; never copies unless the tensor is elsewhere or

@@ -29,7 +29,7 @@ from lazystore.cli.text import (
     print_table,
     ratio,
 )
-from lazystore.interop import carried_system_metadata, copy
+from lazystore.interop import carried_metadata, copy
 
 # The nested-state marker has no public name: TREE_KEY in system_metadata is
 # how ls.load itself tells training state from a flat checkpoint.
@@ -182,7 +182,7 @@ def cmd_convert(args) -> int:
     _check_level(args)
     with open_input(args.src, verify=True, stream=True) as ck:
         with about(args.src):
-            metadata, system_metadata = dict(ck.metadata), carried_system_metadata(ck)
+            metadata, system_metadata = carried_metadata(ck)
         with open_output(args.dst, metadata=metadata, system_metadata=system_metadata,
                          compression_level=args.level, max_shard_size=args.max_shard_size) as out, \
                 about(args.dst):
@@ -211,9 +211,12 @@ def cmd_merge(args) -> int:
         views = [(p, stack.enter_context(open_input(p, verify=True, stream=True))) for p in args.inputs]
         sources: dict[str, tuple[str, ls.CheckpointView]] = {}
         duplicates = 0
-        for path, ck in views:
+        # A tree that only wraps a flat dict (a state_dict saved by an older
+        # version) is looked through: its file holds the same tensors as a flat one.
+        flat = [carried_metadata(ck) for _, ck in views]
+        for (path, ck), (_, system) in zip(views, flat):
             with about(path):
-                if TREE_KEY in ck.system_metadata:
+                if TREE_KEY in system:
                     raise CliError(f"{path}: holds nested training state, whose structure a merge would "
                                    "break; merge takes flat checkpoints (name -> tensor)")
                 for name in ck:
@@ -222,8 +225,8 @@ def cmd_merge(args) -> int:
                         if args.prefer == "first":
                             continue
                     sources[name] = (path, ck)
-        metadata = _merge_dicts([ck.metadata for _, ck in views], args.prefer)
-        system_metadata = _merge_dicts([carried_system_metadata(ck) for _, ck in views], args.prefer)
+        metadata = _merge_dicts([meta for meta, _ in flat], args.prefer)
+        system_metadata = _merge_dicts([system for _, system in flat], args.prefer)
         with open_output(args.out, metadata=metadata, system_metadata=system_metadata,
                          compression_level=args.level, max_shard_size=None) as out, about(args.out):
             _copy(sources, out, args.compression, "merge")

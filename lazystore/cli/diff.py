@@ -8,17 +8,20 @@ tensors. :class:`ValueDiff` sums up how two tensors' values differ.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 
 import numpy as np
 
 import lazystore as ls
+from lazystore._core import frameworks, ties
 from lazystore._core.blocks import blocks
 from lazystore.cli.errors import about
 from lazystore.cli.inputs import open_input
 from lazystore.cli.progress import progress
 from lazystore.cli.text import dtype_name, format_shape, one_value, plural, short_json
+from lazystore.training.tree import TREE_KEY, looked_through
 
 # diff reads tensors in blocks of about this many bytes per file.
 DIFF_BLOCK_BYTES = 16 << 20
@@ -114,13 +117,44 @@ def _tensor_line(mark: str, info: ls.TensorInfo) -> str:
     return f"{mark} {one_value(info.name)}  {dtype_name(info.dtype)} {format_shape(info.shape)}"
 
 
+class _Compared:
+    """A checkpoint as diff sees it: the same tensors are the same checkpoint
+    however they were saved. A name stored as an alias of another's tensor
+    (tied weights in a lazystore file) is that tensor, as it is whole in a
+    safetensors file; a state_dict an older version saved as a tree around
+    a flat dict is the flat checkpoint it holds; and ``{"format": "pt"}``
+    in the metadata means what lazystore's torch mark does."""
+
+    def __init__(self, ck):
+        stored = list(ck)
+        self._ck = ck
+        self._aliases = ties.read_aliases(ck.system_metadata, stored)
+        self.names = stored + [a for a in self._aliases if a not in stored]
+        self.metadata, system = looked_through(ck.metadata, ck.system_metadata)
+        if TREE_KEY not in system and frameworks.saved_from_torch(self.metadata, system):
+            # {"format": "pt"} (a file from transformers) says what lazystore's own mark does
+            system[frameworks.FRAMEWORK_KEY] = frameworks.TORCH
+            if self.metadata.get(frameworks.FORMAT_KEY) == frameworks.TORCH_FORMAT:
+                del self.metadata[frameworks.FORMAT_KEY]
+        self.system_metadata = {k: v for k, v in system.items() if k != ties.KEY}
+
+    def info(self, name: str) -> ls.TensorInfo:
+        return dataclasses.replace(self._ck.info(self._aliases.get(name, name)), name=name)
+
+    def get_slice(self, name: str):
+        return self._ck.get_slice(self._aliases.get(name, name))
+
+
 def cmd_diff(args) -> int:
     lines: list[str] = []
-    with open_input(args.a, verify=True, stream=True) as ca, open_input(args.b, verify=True, stream=True) as cb:
+    with open_input(args.a, verify=True, stream=True) as view_a, \
+            open_input(args.b, verify=True, stream=True) as view_b:
         with about(args.a):
-            names_a, meta_a, sys_a = list(ca), ca.metadata, ca.system_metadata
+            ca = _Compared(view_a)
         with about(args.b):
-            names_b, meta_b, sys_b = list(cb), cb.metadata, cb.system_metadata
+            cb = _Compared(view_b)
+        names_a, meta_a, sys_a = ca.names, ca.metadata, ca.system_metadata
+        names_b, meta_b, sys_b = cb.names, cb.metadata, cb.system_metadata
         in_a, in_b = set(names_a), set(names_b)
         removed = [ca.info(n) for n in names_a if n not in in_b]
         added = [cb.info(n) for n in names_b if n not in in_a]

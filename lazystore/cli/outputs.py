@@ -12,27 +12,21 @@ from collections.abc import Callable, Mapping
 
 import lazystore as ls
 from lazystore.cli.errors import CliError, about
-from lazystore.interop import SafetensorsWriter, ShardedWriter
+from lazystore.interop import SafetensorsWriter, ShardedWriter, targets
 
-# Output formats by destination. To add one: name it in output_format() and
-# add its opener to OUTPUTS. An opener takes the destination and the options
-# below and returns a context manager with Writer's interface:
-# add(name, array, compression=...), committed on a clean exit and discarded
-# on an exception.
-_OUTPUT_EXTENSIONS = {
-    ".safetensors": "safetensors",
-    ".npz": "npz",
-    ".pt": "torch",
-    ".pth": "torch",
-    ".bin": "torch",
-}
+# Output formats by destination: a folder, or by extension as ls.save
+# decides (lazystore.interop.targets). To add one: name it in
+# targets.EXTENSIONS and add its opener to OUTPUTS. An opener takes the
+# destination and the options below and returns a context manager with
+# Writer's interface: add(name, array, compression=...), committed on a
+# clean exit and discarded on an exception.
 
 
 def output_format(dst) -> str:
-    """The format a destination asks for: by extension, "lazystore" otherwise."""
+    """The format a destination asks for: "folder", or what its extension says."""
     if os.path.isdir(dst) or os.fspath(dst).endswith(("/", os.sep)):
         return "folder"
-    return _OUTPUT_EXTENSIONS.get(os.path.splitext(os.fspath(dst))[1].lower(), "lazystore")
+    return targets.format_of(dst)
 
 
 def _open_lazystore(dst, *, metadata, system_metadata, compression_level, max_shard_size):

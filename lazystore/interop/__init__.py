@@ -14,6 +14,7 @@
 """
 
 from lazystore.interop.convert import (
+    carried_metadata,
     carried_system_metadata,
     copy,
     from_npz,
@@ -25,5 +26,5 @@ from lazystore.interop.convert import (
 from lazystore.interop.safetensors import SafetensorsWriter
 from lazystore.interop.sharded_writer import ShardedWriter
 
-__all__ = ["SafetensorsWriter", "ShardedWriter", "carried_system_metadata", "copy", "from_npz", "from_safetensors",
-           "from_torch", "to_lazystore", "to_safetensors"]
+__all__ = ["SafetensorsWriter", "ShardedWriter", "carried_metadata", "carried_system_metadata", "copy", "from_npz",
+           "from_safetensors", "from_torch", "to_lazystore", "to_safetensors"]

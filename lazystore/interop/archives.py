@@ -24,6 +24,7 @@ import zipfile
 
 import numpy as np
 
+from lazystore._core import frameworks
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore.errors import FormatError
 from lazystore.interop import npz, safetensors
@@ -102,10 +103,15 @@ def _info(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> TensorInfo:
 
 def open_torch(path) -> ArraysView:
     """A view of a torch zip's tensors, keyed as :func:`lazystore.save` would
-    name them; nested state keeps its structure (``system_metadata``)."""
+    name them; nested state keeps its structure (``system_metadata``), and
+    a flat dict of tensors is a flat torch checkpoint (marked there too)."""
     obj = load_torch(path)
+    system = {}
     if tree.is_flat(obj):
         structure, leaves = None, obj
+    elif tree.is_flat_torch(obj):  # a state_dict: a flat torch checkpoint, as ls.save writes it
+        structure, leaves = None, obj
+        system = {frameworks.FRAMEWORK_KEY: frameworks.TORCH}
     else:
         try:
             structure, leaves = tree.flatten(obj)
@@ -113,7 +119,8 @@ def open_torch(path) -> ArraysView:
             raise FormatError(f"{path}: cannot convert its contents: {exc}") from None
     arrays = {k: tree.as_array(v) for k, v in leaves.items()}
     infos = {k: _info(k, a.dtype, a.shape) for k, a in arrays.items()}
-    system = {tree.TREE_KEY: structure} if structure is not None else {}
+    if structure is not None:
+        system = {tree.TREE_KEY: structure}
     return ArraysView(str(path), infos, arrays.__getitem__, fmt="torch", system_metadata=system)
 
 

@@ -30,6 +30,7 @@ from lazystore._native.writer import Writer
 from lazystore.errors import ChecksumError, VerificationUnavailableError
 from lazystore.interop import archives
 from lazystore.interop.safetensors import SafetensorsWriter
+from lazystore.training import tree
 
 # Tensors larger than this are copied a block at a time.
 COPY_BLOCK_BYTES = 16 << 20
@@ -52,6 +53,14 @@ def carried_system_metadata(view) -> dict:
     tensor whole, and docs/format.md §9.3 allows the member only in a file
     with delta tensors."""
     return {k: v for k, v in view.system_metadata.items() if k not in STORAGE_KEYS}
+
+
+def carried_metadata(view) -> tuple[dict, dict]:
+    """``(metadata, system_metadata)`` a copy of ``view`` is written with
+    (the latter :func:`carried_system_metadata`): a state_dict an older
+    version saved as a tree around a flat dict becomes the flat checkpoint
+    it holds (``tree.looked_through``), as ``ls.save`` writes it now."""
+    return tree.looked_through(view.metadata, carried_system_metadata(view))
 
 
 def output_codec(compression, info):
@@ -128,8 +137,9 @@ def to_safetensors(src, dst, *, storage_options: Mapping | None = None) -> None:
     """Write ``src`` (a path, URL or open view) as a safetensors file."""
     view, owned, checked = _open(src)
     try:
-        with SafetensorsWriter(dst, metadata=view.metadata, storage_options=storage_options) as w:
-            w.system_metadata.update(carried_system_metadata(view))
+        metadata, system = carried_metadata(view)
+        with SafetensorsWriter(dst, metadata=metadata, storage_options=storage_options) as w:
+            w.system_metadata.update(system)
             copy(view, w, reads_checked=checked)
     finally:
         if owned:
@@ -142,9 +152,10 @@ def to_lazystore(src, dst, *, compression=None, compression_level: int | None = 
     A delta file becomes a standalone file."""
     view, owned, checked = _open(src)
     try:
+        metadata, system = carried_metadata(view)
         with Writer(dst, compression=compression, compression_level=compression_level,
-                    metadata=view.metadata, **writer_options) as w:
-            w.system_metadata.update(carried_system_metadata(view))
+                    metadata=metadata, **writer_options) as w:
+            w.system_metadata.update(system)
             copy(view, w, compression=compression, reads_checked=checked)
     finally:
         if owned:
@@ -170,5 +181,5 @@ def from_npz(path, dst, **options) -> None:
         to_lazystore(view, dst, **options)
 
 
-__all__ = ["carried_system_metadata", "copy", "from_npz", "from_safetensors", "from_torch", "output_codec",
-           "to_lazystore", "to_safetensors"]
+__all__ = ["carried_metadata", "carried_system_metadata", "copy", "from_npz", "from_safetensors", "from_torch",
+           "output_codec", "to_lazystore", "to_safetensors"]

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from lazystore._core import arguments, strict_json
+from lazystore._core import arguments, frameworks, strict_json
 from lazystore._core.checksum import hasher as new_hasher
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
 from lazystore._core.dtypes import BY_SAFETENSORS, from_safetensors_shape, spec_for, to_safetensors_shape
@@ -55,6 +55,9 @@ MAX_HEADER_BYTES = 100_000_000
 CHECKSUMS_KEY = "lazystore.checksums"  # JSON: tensor name -> xxh3-64 hex of its bytes
 METADATA_KEY = "lazystore.metadata"  # JSON: user metadata values that are not str
 SYSTEM_KEY = "lazystore.system"  # JSON: lazystore's own entries (nested-state tree)
+# JSON: the str entries lazystore added for other tools (safetensors' "format"
+# for torch tensors), which lazystore's readers leave out of the user's metadata.
+ADDED_KEY = "lazystore.added"
 _OWN_PREFIX = "lazystore."
 
 # -- reading ---------------------------------------------------------------------------
@@ -219,7 +222,8 @@ def _split_metadata(st_meta: dict[str, str], names: list[str]):
     ``lazystore.metadata`` (JSON) restored over them; lazystore's own entries
     come from ``lazystore.system``; the checksums from ``lazystore.checksums``
     when it lists exactly the file's tensors."""
-    metadata: dict = {k: v for k, v in st_meta.items() if not k.startswith(_OWN_PREFIX)}
+    added = _json_list(st_meta[ADDED_KEY], ADDED_KEY) if ADDED_KEY in st_meta else []
+    metadata: dict = {k: v for k, v in st_meta.items() if not k.startswith(_OWN_PREFIX) and k not in added}
     if METADATA_KEY in st_meta:
         metadata.update(_json_object(st_meta[METADATA_KEY], METADATA_KEY))
     if SYSTEM_KEY in st_meta:
@@ -239,6 +243,16 @@ def _split_metadata(st_meta: dict[str, str], names: list[str]):
         except ValueError:
             raise FormatError(f"corrupt {CHECKSUMS_KEY}: {text!r} for {name!r} is not 16 hex digits") from None
     return metadata, checksums, None
+
+
+def _json_list(text: str, key: str) -> list:
+    try:
+        value = strict_json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise FormatError(f"corrupt {key} in the safetensors metadata: {exc}") from None
+    if not isinstance(value, list):
+        raise FormatError(f"corrupt {key} in the safetensors metadata: not a JSON list")
+    return value
 
 
 def _json_object(text: str, key: str) -> dict:
@@ -372,6 +386,11 @@ class SafetensorsWriter(CloseOrAbort):
             meta[METADATA_KEY] = _json_text(other)
         if self.system_metadata:
             meta[SYSTEM_KEY] = _json_text(self.system_metadata)
+        if self.system_metadata.get(frameworks.FRAMEWORK_KEY) == frameworks.TORCH \
+                and frameworks.FORMAT_KEY not in self.metadata:
+            # What safetensors files from torch say (transformers before 5 requires it).
+            meta[frameworks.FORMAT_KEY] = frameworks.TORCH_FORMAT
+            meta[ADDED_KEY] = _json_text([frameworks.FORMAT_KEY])
         if with_checksums:
             meta[CHECKSUMS_KEY] = _json_text(self._checksums)
         header: dict = {"__metadata__": meta} if meta else {}

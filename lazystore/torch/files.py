@@ -3,7 +3,7 @@
 
 Files are written flat (one tensor per name, no nested structure), so
 ``ls.open`` and every other lazystore reader see plain tensors; tensors that
-are one tensor under several names are stored once (:mod:`.ties`).
+are one tensor under several names are stored once (:mod:`lazystore._core.ties`).
 Reading goes through the public view API only, so it takes whatever
 ``ls.open`` takes: lazystore files, safetensors files, sharded folders.
 """
@@ -16,13 +16,13 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from lazystore._core import arguments, staging, torch_arrays
-from lazystore._core.batching import batch_by_bytes
+from lazystore import api
+from lazystore._core import arguments, ties, torch_arrays
+from lazystore._core.torch_reads import tensors_of
 from lazystore._native.writer import Writer
 from lazystore.api import open as open_checkpoint
 from lazystore.api import open_bytes
 from lazystore.errors import InvalidInputError
-from lazystore.torch import ties
 
 # safetensors' own I/O strategies; lazystore chooses its own (a map of a
 # local file, range requests for a URL), so either is accepted and means that.
@@ -30,8 +30,6 @@ BACKENDS = ("mmap", "pread")
 # Why torch is needed, for the error when it is not installed.
 NEEDS_TORCH = "lazystore.torch reads and writes PyTorch tensors"
 # What ``**options`` may hold: the Writer's own keywords.
-# Host memory a load to a device fills before handing it on (see tensors_of).
-DEVICE_BATCH_BYTES = 256 << 20
 OPTIONS = tuple(p for p in inspect.signature(Writer).parameters if p not in ("path", "metadata"))
 
 
@@ -46,7 +44,8 @@ def save_file(tensors: dict, filename, metadata: Mapping | None = None, **option
     under several names (a module registered twice, tied weights) are stored
     once and come back tied from :func:`load_file`.
     """
-    write(tensors, filename, metadata, checked(tensors), options)
+    checked(tensors)
+    write(tensors, filename, metadata, options)
 
 
 def save(tensors: dict, metadata: Mapping | None = None, **options) -> bytes:
@@ -115,41 +114,14 @@ def checked(tensors) -> dict[str, str]:
     return ties.find_aliases(tensors)
 
 
-def write(tensors: Mapping, filename, metadata, aliases: Mapping[str, str], options: dict) -> None:
-    """Write checked ``tensors``, each alias as a record, not as data."""
+def write(tensors: Mapping, filename, metadata, options: dict) -> None:
+    """Write checked ``tensors`` as ``ls.save`` writes a flat dict of torch
+    tensors (the format its extension names; tied tensors once in a
+    lazystore file), as plain tensors: a Parameter's flags are not kept."""
     arguments.known_options(options, OPTIONS)
     if isinstance(filename, (str, os.PathLike)) and os.path.isdir(filename):
         raise InvalidInputError(f"{os.fspath(filename)!r} is a folder: save_file writes one file")
-    with Writer(filename, metadata=metadata, **options) as w:
-        if aliases:
-            w.system_metadata[ties.KEY] = ties.encode(aliases)
-        for name, t in tensors.items():
-            if name not in aliases:
-                # One tensor at a time: a GPU tensor's CPU copy lives only while it is written.
-                w.add(name, torch_arrays.to_numpy(t))
-
-
-def tensors_of(ck, keys, dev, *, verify: bool = True) -> dict:
-    """The torch tensors ``keys`` selects from an open checkpoint, aliases
-    resolved to one tensor object per stored tensor, checked unless
-    ``verify`` is false (see ``ck.load``).
-
-    For another device than the CPU, tensors are read a batch of about
-    :data:`DEVICE_BATCH_BYTES` at a time, so decoded compressed tensors wait
-    in host memory a batch at a time, not all at once."""
-    names = list(ck)
-    aliases = ties.read_aliases(ck.system_metadata, names)
-    wanted = ties.wanted(names, aliases, keys)
-    stored = list(dict.fromkeys(aliases.get(n, n) for n in wanted))
-    on_host = dev is None or dev.type == "cpu"
-    sizes = {n: ck.info(n).nbytes for n in stored} if not on_host else {}
-    batches = [stored] if on_host else batch_by_bytes(stored, DEVICE_BATCH_BYTES, sizes.__getitem__)
-    tensors = {}
-    with staging.Placement(dev, sum(sizes.values()) or None) as place:
-        for batch in batches:
-            for n, a in ck.load(batch, verify=verify).items():
-                tensors[n] = place.tensor(a)
-    return {n: tensors[aliases.get(n, n)] for n in wanted}
+    api.save({name: t.detach() for name, t in tensors.items()}, filename, metadata=metadata, **options)
 
 
 def _device(device, backend: str):

@@ -16,10 +16,10 @@ import json
 
 import numpy as np
 
-from lazystore._core import staging, torch_arrays
+from lazystore._core import staging, ties, torch_arrays
 from lazystore._core.dtypes import lookup
 from lazystore.errors import ClosedError, InvalidInputError, TensorNotFoundError
-from lazystore.torch import files, slice_rules, ties
+from lazystore.torch import files, slice_rules
 
 # safetensors' spellings of the frameworks lazystore gives tensors for.
 FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}

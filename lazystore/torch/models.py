@@ -16,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from itertools import chain
 
+from lazystore._core import ties
 from lazystore.errors import StateDictMismatchError
-from lazystore.torch import files, ties
+from lazystore.interop import targets
+from lazystore.torch import files
 
 
 def save_model(model, filename, metadata: Mapping | None = None, force_contiguous: bool = True,
@@ -36,7 +38,10 @@ def save_model(model, filename, metadata: Mapping | None = None, force_contiguou
     metadata = dict(metadata or {})
     for alias, kept in aliases.items():
         metadata.setdefault(alias, kept)  # informative only: loading reads lazystore's own record
-    files.write(state, filename, metadata, aliases, options)
+    if targets.format_of(filename) == "safetensors":
+        # As safetensors' save_model writes it: the aliases only noted (load_model ties them again).
+        state = {name: t for name, t in state.items() if name not in aliases}
+    files.write(state, filename, metadata, options)
 
 
 def load_model(model, filename, strict: bool = True, device="cpu", *, backend: str = "mmap", verify: bool = True

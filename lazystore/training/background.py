@@ -33,11 +33,11 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from lazystore._core import torch_arrays
+from lazystore._core import ties, torch_arrays
 from lazystore._core.dtypes import spec_for
 from lazystore.errors import ShutdownError
 from lazystore.training import tree
@@ -57,6 +57,10 @@ class Prepared:
 
     structure: dict | None
     leaves: object  # a Mapping of key -> tensor leaf
+    # A flat dict of torch tensors (tree.is_flat_torch): its file says so in
+    # its metadata, and names that are another's tensor are aliases of it.
+    torch_flat: bool = False
+    aliases: dict = field(default_factory=dict)
 
 
 def prepare(obj, *, check_flat: bool = False) -> Prepared:
@@ -64,7 +68,12 @@ def prepare(obj, *, check_flat: bool = False) -> Prepared:
 
     A flat mapping of names to numpy arrays is normally checked by the writer
     as it goes; ``check_flat=True`` checks it here too (names and dtypes),
-    for saves whose writing happens later, elsewhere."""
+    for saves whose writing happens later, elsewhere. A flat mapping of
+    names to torch tensors is always checked here (dtypes, devices), and its
+    aliases found while the tensors are the caller's own."""
+    if tree.is_flat_torch(obj):
+        tree.flatten(dict(obj))  # one level of str keys: the same checks, the same keys
+        return Prepared(None, obj, torch_flat=True, aliases=ties.find_aliases(obj))
     if not tree.is_flat(obj):
         return Prepared(*tree.flatten(obj))
     if check_flat and not isinstance(obj, ViewBase):  # a view's names and dtypes come from a valid file
@@ -139,7 +148,7 @@ def snapshot(prepared: Prepared, buffers: Buffers) -> Prepared:
         torch = torch_arrays.require()
         for device in devices:  # the device-to-host copies were queued without waiting
             torch.cuda.synchronize(device)
-    return Prepared(prepared.structure, copies)
+    return replace(prepared, leaves=copies)
 
 
 def _copy_tensor(key: str, t, buffers: Buffers, devices: set) -> np.ndarray:

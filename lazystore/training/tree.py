@@ -9,7 +9,8 @@ tree and the tensors back into the same structure with the same types.
 
 The tree is stored in the reserved metadata member ``__lazystore_tree__``;
 its schema is specified in docs/format.md (section 11.7). A flat mapping of
-str names to numpy arrays gets no tree at all: it is the file itself.
+str names to numpy arrays, or to torch tensors, gets no tree at all: it is
+the file itself (:func:`is_flat`, :func:`is_flat_torch`).
 
 This module never imports torch: torch tensors are recognised, described and
 converted by ``lazystore._core.torch_arrays``, which imports torch only when a
@@ -27,6 +28,7 @@ from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 
+from lazystore._core import frameworks
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore._core.dtypes import spec_for
 from lazystore.errors import FormatError, InvalidInputError, UnsupportedDtypeError, UnsupportedVersionError
@@ -62,6 +64,50 @@ def is_flat(obj) -> bool:
     if not isinstance(obj, Mapping):
         return False
     return all(isinstance(k, str) and isinstance(v, (np.ndarray, np.generic)) for k, v in obj.items())
+
+
+def is_flat_torch(obj) -> bool:
+    """A non-empty mapping of str names to torch tensors (a ``state_dict()``):
+    stored without a tree, marked as torch (:mod:`lazystore._core.frameworks`), so it is
+    the same file whichever way it was saved (``ls.save``, ``save_file``, a
+    conversion) and loads as torch tensors. A state_dict's ``_metadata`` is
+    not kept, as in safetensors. A tensor that is a Parameter or requires
+    grad makes it nested state: only the tree records those."""
+    if not isinstance(obj, Mapping) or isinstance(obj, ViewBase) or not obj:
+        return False
+    return all(isinstance(k, str) and torch_adapter.is_plain(v) for k, v in obj.items())
+
+
+def looked_through(metadata: Mapping, system_metadata: Mapping) -> tuple[dict, dict]:
+    """A checkpoint's ``(metadata, system_metadata)`` as if it were flat, when
+    its tree only wraps a flat dict of tensors of one kind (older versions
+    saved a ``state_dict()`` so): the tree dropped, and for torch tensors
+    the mark a flat torch file has. Anything else is returned as is.
+    ``lazystore convert``, ``merge`` and ``diff`` see checkpoints this way."""
+    kind = _flat_shape(system_metadata.get(TREE_KEY))
+    if kind is None:
+        return dict(metadata), dict(system_metadata)
+    system = {k: v for k, v in system_metadata.items() if k != TREE_KEY}
+    if kind == "torch":
+        system[frameworks.FRAMEWORK_KEY] = frameworks.TORCH
+    return dict(metadata), system
+
+
+def _flat_shape(structure) -> str | None:
+    """"torch" or "numpy" when a stored tree is a dict of tensor leaves of
+    that one type, each under its own name; None otherwise."""
+    root = structure.get("root") if isinstance(structure, dict) else None
+    if not isinstance(root, dict) or root.get("t") not in ("dict", "odict") or not root.get("v"):
+        return None
+    kinds = set()
+    for item in root["v"]:
+        if not isinstance(item, list) or len(item) != 2 or not isinstance(item[1], dict):
+            return None
+        name, node = item
+        if node.get("t") not in TENSOR_TYPES or node.get("key") != name:
+            return None
+        kinds.add(node["t"])
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 # -- scalars -----------------------------------------------------------------------

@@ -12,8 +12,8 @@ import safetensors.torch as st
 import torch
 
 import lazystore as ls
+from lazystore._core.ties import KEY as ALIASES
 from lazystore.torch import load, load_file, save, save_file
-from lazystore.torch.ties import KEY as ALIASES
 
 
 def tensors() -> dict[str, torch.Tensor]:
@@ -43,7 +43,7 @@ def test_round_trip(tmp_path, compression):
     assert list(got) == list(ref)
     assert all(same(got[k], ref[k]) and got[k].device.type == "cpu" for k in ref)
     with ls.open(tmp_path / "t.lzy") as ck:  # a flat file any lazystore reader reads
-        assert ck.metadata == {"format": "pt", "step": 7} and not ck.system_metadata
+        assert ck.metadata == {"format": "pt", "step": 7} and "__lazystore_tree__" not in ck.system_metadata
         assert (ck.info("embed").compression is not None) == (compression is not None)
 
 
@@ -233,8 +233,12 @@ def test_a_corrupt_alias_record_is_a_format_error(tmp_path):
         load_file(path)
 
 
-def test_ls_load_of_such_a_flat_file_points_here(tmp_path):
-    save_file({"w": torch.ones(2)}, tmp_path / "t.lzy")  # flat: no nested structure
+def test_ls_load_of_a_flat_numpy_file_points_here(tmp_path):
+    # issue #25: save_file's flat torch files load as torch tensors on
+    # map_location with ls.load too; a flat numpy file has no torch to place
+    ls.save({"w": np.ones(2, np.float32)}, tmp_path / "n.lzy")
     with pytest.raises(ls.InvalidInputError, match=r"lazystore\.torch\.load_file"):
-        ls.load(tmp_path / "t.lzy", map_location="meta")
-    assert load_file(tmp_path / "t.lzy", device="meta")["w"].device.type == "meta"
+        ls.load(tmp_path / "n.lzy", map_location="meta")
+    assert load_file(tmp_path / "n.lzy", device="meta")["w"].device.type == "meta"
+    save_file({"w": torch.ones(2)}, tmp_path / "t.lzy")
+    assert ls.load(tmp_path / "t.lzy", map_location="meta")["w"].device.type == "meta"

