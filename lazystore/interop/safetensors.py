@@ -246,24 +246,24 @@ def _split_metadata(st_meta: dict[str, str], names: list[str]):
 
 
 def _json_list(text: str, key: str) -> list:
-    try:
-        value = strict_json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise FormatError(f"corrupt {key} in the safetensors metadata: {exc}") from None
-    if not isinstance(value, list):
-        raise FormatError(f"corrupt {key} in the safetensors metadata: not a JSON list")
-    return value
+    return _json_entry(text, key, list, "a JSON list")
 
 
 def _json_object(text: str, key: str) -> dict:
+    return _json_entry(text, key, dict, "a JSON object")
+
+
+def _json_entry(text: str, key: str, kind: type, kind_name: str):
+    """lazystore's own entry ``key`` of the safetensors metadata, parsed and
+    of the kind expected. lazystore wrote these entries and never repeats a
+    name: a duplicate (two checksums for one tensor, say) means the text was
+    tampered with, and strict_json refuses it."""
     try:
-        # lazystore wrote these entries and never repeats a name: a duplicate
-        # (two checksums for one tensor, say) means the text was tampered with.
         value = strict_json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise FormatError(f"corrupt {key} in the safetensors metadata: {exc}") from None
-    if not isinstance(value, dict):
-        raise FormatError(f"corrupt {key} in the safetensors metadata: not a JSON object")
+    if not isinstance(value, kind):
+        raise FormatError(f"corrupt {key} in the safetensors metadata: not {kind_name}")
     return value
 
 

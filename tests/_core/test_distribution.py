@@ -107,7 +107,10 @@ def test_missing_fsspec_names_the_remote_extra(monkeypatch):
 
 
 def test_missing_lightning_names_the_lightning_extra(monkeypatch):
-    monkeypatch.setitem(sys.modules, "lightning", None)
+    # Its submodules too: one already imported (by the Lightning tests) is
+    # found in sys.modules without its parent being looked at.
+    for name in [m for m in sys.modules if m == "lightning" or m.startswith("lightning.")] + ["lightning"]:
+        monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.delitem(sys.modules, "lazystore.lightning", raising=False)
     with pytest.raises(ls.MissingDependencyError) as exc:
         importlib.import_module("lazystore.lightning")
