@@ -93,6 +93,18 @@ def check(path: Path) -> str | None:
     return None
 
 
+def keyframe_instead(mgr, step: int, base: Path | None, exc: Exception) -> bool:
+    """Should a save of ``step`` that failed with ``exc`` while coding a
+    delta against ``base`` be written again as a keyframe? Yes when the base
+    is damaged (noted, and warned about). Coding a delta reads every base
+    byte it uses, checked, so that is the base's check: checking it up front
+    as well cost every delta save a second read of its base."""
+    if base is None or not base_failed(mgr, base.name):
+        return False
+    log.warning("step %d is saved as a keyframe instead: its base %s is damaged (%s)", step, base, exc)
+    return True
+
+
 def base_failed(mgr, base_file: str) -> bool:
     """Did a save's base, the checkpoint named ``base_file`` in ``mgr``'s
     folder, fail (rather than the save itself)? Checks every byte of it and

@@ -179,16 +179,9 @@ class CheckpointManager:
             try:
                 try:
                     api._fill(writer, prepared, {MANAGER_KEY: entry})
-                except FormatError as exc:
-                    # Coding a delta reads every base byte it uses, checked:
-                    # bytes that fail make the base damaged, and this save a
-                    # keyframe (checking the base up front cost every save a
-                    # second read of it).
-                    base = chosen.get("base")
-                    if base is None or not damage.base_failed(self, base.name):
+                except FormatError as exc:  # from the base, if it is found damaged: then a keyframe
+                    if not damage.keyframe_instead(self, step, chosen.get("base"), exc):
                         raise
-                    log.warning("step %d is saved as a keyframe instead: its base %s is damaged (%s)",
-                                step, base, exc)
                     writer = Writer(path, compression=self.compression)
                     api._fill(writer, prepared, {MANAGER_KEY: entry})
             finally:
