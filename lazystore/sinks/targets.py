@@ -29,19 +29,12 @@ import os
 import stat
 from pathlib import Path
 
+from lazystore._core.file_names import file_kind
 from lazystore.errors import InvalidInputError
 
 # Linux's MAXSYMLINKS: beyond this many links, open() fails with ELOOP too.
 MAX_LINKS = 40
 
-_KINDS = (
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISLNK, "a symbolic link"),
-)
 
 
 def resolve(path: Path) -> Path:
@@ -76,7 +69,7 @@ def _lstat(path: Path) -> os.stat_result | None:
 def _refuse_unless_plain(target: Path, st: os.stat_result | None, asked: Path) -> None:
     if st is None or stat.S_ISREG(st.st_mode):
         return
-    kind = next((name for test, name in _KINDS if test(st.st_mode)), "a special file")
+    kind = file_kind(st.st_mode)
     via = "" if target == asked else f" (where {asked} leads)"
     raise InvalidInputError(
         f"cannot save to {target}{via}: it is {kind}, not a plain file, and a save would replace it; "

@@ -6,6 +6,7 @@ import os
 import stat
 import sys
 
+from lazystore._core.file_names import file_kind
 from lazystore.errors import FormatError
 from lazystore.sources.base import ByteSource
 
@@ -15,14 +16,11 @@ OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 # A mapping keeps a descriptor of its own (a dup) unless told not to, which
 # Python can from 3.13: with keep_fd=False the mapping then holds none.
 _UNTRACKED = {"trackfd": False} if sys.version_info >= (3, 13) else {}
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"))
 
 
 def not_regular(path: str, mode: int) -> FormatError:
     """The error for ``path``, of mode ``mode``, which is not a regular file."""
-    kind = next((name for test, name in _KINDS if test(mode)), f"of mode {stat.S_IFMT(mode):o}")
-    return FormatError(f"{path} is not a regular file ({kind}): a checkpoint is a regular file")
+    return FormatError(f"{path} is not a regular file ({file_kind(mode)}): a checkpoint is a regular file")
 
 
 def refuse_unopenable(path: str, exc: OSError) -> None:

@@ -11,10 +11,9 @@ Reading goes through the public view API only, so it takes whatever
 from __future__ import annotations
 
 import inspect
+import io
 import os
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 
 from lazystore import api
 from lazystore._core import arguments, ties, torch_arrays
@@ -50,10 +49,9 @@ def save_file(tensors: dict, filename, metadata: Mapping | None = None, **option
 
 def save(tensors: dict, metadata: Mapping | None = None, **options) -> bytes:
     """The bytes :func:`save_file` would write (a lazystore file)."""
-    with tempfile.TemporaryDirectory(prefix="lazystore-") as tmp:
-        path = Path(tmp) / "tensors.lzy"
-        save_file(tensors, path, metadata, **options)
-        return path.read_bytes()
+    buffer = io.BytesIO()  # ls.save writes a file object as lazystore.numpy.save does
+    save_file(tensors, buffer, metadata, **options)
+    return buffer.getvalue()
 
 
 def load_file(filename, device="cpu", keys=None, *, backend: str = "mmap", verify: bool = True) -> dict:

@@ -18,6 +18,7 @@ import numpy as np
 
 from lazystore._core import staging, ties, torch_arrays
 from lazystore._core.dtypes import lookup
+from lazystore._core.torch_reads import tensors_of
 from lazystore.errors import ClosedError, InvalidInputError, TensorNotFoundError
 from lazystore.torch import files, slice_rules
 
@@ -102,7 +103,7 @@ class safe_open:  # lower case: safetensors' name, so migrating is an import cha
         if self._framework == "np":
             out = self._view.load(self._names, verify=verify)
         else:
-            out = files.tensors_of(self._view, self._names, self._device, verify=verify)
+            out = tensors_of(self._view, self._names, self._device, verify=verify)
         out.update((alias, out[target]) for alias, target in self._aliases.items())
         return out
 

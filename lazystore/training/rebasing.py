@@ -62,6 +62,7 @@ def rewrite(mgr, step: int, base: int | None, checked: set[int]) -> None:
                 # One tensor at a time, decoded through the chain and checked chunk by chunk.
                 w.add(name, _reading(step, path, lambda name=name: ck[name]))
     mgr._rewritten(step, w.base_file)
+    checked.add(step)  # written just now from checked bytes: no need to read it all again as a base
 
 
 def _reading(step: int, path, read):
