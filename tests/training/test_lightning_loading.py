@@ -208,3 +208,26 @@ def test_subclasses_are_refused_not_flattened(tmp_path):
         with pytest.raises(ls.InvalidInputError, match="hyper_parameters/v"):
             LazyStoreCheckpointIO().save_checkpoint({"hyper_parameters": {"v": value}}, tmp_path / "x.ckpt")
 
+
+
+# -- what load_from_checkpoint takes from Lightning's private _load_state ----------
+
+
+def test_lightnings_load_state_is_what_we_rely_on():
+    # lazystore.lightning.loading hands the checkpoint to this private
+    # function; a Lightning that changes it must fail here first.
+    import inspect
+
+    from lightning.pytorch.core.saving import _load_state
+
+    assert list(inspect.signature(_load_state).parameters) == ["cls", "checkpoint", "strict", "cls_kwargs_new"]
+
+
+def test_an_untrusted_instantiator_in_the_file_is_blocked(tmp_path):
+    # Lightning's allowlist of instantiators (CVE fix #21822) applies to
+    # lazystore files too, because its _load_state does the instantiating.
+    path = tmp_path / "x.ckpt"
+    LazyStoreCheckpointIO().save_checkpoint({"state_dict": {}, "pytorch-lightning_version": "2.6.6",
+                                             "hyper_parameters": {"_instantiator": "os.system"}}, path)
+    with pytest.raises(ValueError, match="allowlist"):
+        load_from_checkpoint(Tiny, path)
