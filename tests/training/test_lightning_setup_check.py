@@ -15,7 +15,6 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-import tomllib
 import torch
 
 import lazystore as ls
@@ -32,6 +31,7 @@ FACTORY = "lazystore.lightning.setup_check:callbacks"
 
 
 def test_pyproject_registers_the_factory():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["entry-points"][GROUP] == {"lazystore": FACTORY}
 
