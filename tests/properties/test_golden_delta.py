@@ -29,6 +29,7 @@ import lazystore as ls
 from lazystore._core.checksum import digest
 from tests.paths import DATA
 from tests.properties.test_golden import committed, same_zstd
+from tests.properties.test_spec_reader import annotated_bytes
 
 GOLDEN_1_2_BASE = DATA / "golden_v1_2_base.lzy"
 GOLDEN_1_2 = DATA / "golden_v1_2.lzy"
@@ -162,6 +163,11 @@ def test_golden_1_3_bytes(golden_1_3):
     assert member["index_checksum"] != f"{base_checksum:016x}"
 
 
+def test_the_annotated_1_3_bytes_of_the_spec_are_the_golden_file(golden_1_3):
+    """docs/format.md §16 walks through golden_v1_3.lzy byte by byte."""
+    assert annotated_bytes("golden-1-3") == golden_1_3[1]
+
+
 def test_golden_1_3_refuses_a_base_of_other_content_naming_it(golden_1_3, tmp_path):
     shutil.copy(GOLDEN_1_3, tmp_path / GOLDEN_1_3.name)
     base, delta = golden_1_2_states()
@@ -170,3 +176,21 @@ def test_golden_1_3_refuses_a_base_of_other_content_naming_it(golden_1_3, tmp_pa
         with pytest.raises(ls.BaseCheckpointError, match="golden_v1_3_base.lzy .*not the content"):
             ck["w"]
         assert ck["same"].tobytes() == delta["same"].tobytes()  # coded against content that is still there
+
+
+def test_a_1_3_delta_over_a_1_2_delta_survives_the_1_2_file_rewritten(tmp_path):
+    # A mixed chain: new (1.3) -> golden_v1_2 (1.2, codec 2) -> its base.
+    # The new file is identified with golden_v1_2 by content, so golden_v1_2
+    # rewritten as a keyframe of the same content leaves it valid.
+    for path in (GOLDEN_1_2, GOLDEN_1_2_BASE):
+        shutil.copy(path, tmp_path / path.name)
+    _, delta = golden_1_2_states()
+    newer = {**delta, "w": delta["w"].copy()}
+    newer["w"][1, 0] = np.nextafter(newer["w"][1, 0], np.float32(9))  # row 0 unchanged: a delta pays
+    ls.save(newer, tmp_path / "new.lzy", chunk_bytes=16, base=tmp_path / GOLDEN_1_2.name)
+    with ls.open(tmp_path / "new.lzy") as ck:
+        assert ck.format_version == (1, 3) and ck.info("w").compression == "delta"
+    ls.save(delta, tmp_path / GOLDEN_1_2.name, chunk_bytes=16)  # the 1.2 delta, now a keyframe
+    (tmp_path / GOLDEN_1_2_BASE.name).unlink()
+    with ls.open(tmp_path / "new.lzy") as ck:
+        assert ck.verify() == [] and all(ck[k].tobytes() == newer[k].tobytes() for k in newer)

@@ -545,10 +545,12 @@ def test_metadata_rules(tmp_path, meta, ok):
             ls.open(path)
 
 
-def test_worked_example_matches_writer(tmp_path):
-    """The annotated bytes in docs/format.md section 16 are what lazystore writes."""
+def annotated_bytes(marker: str) -> bytes:
+    """The bytes an annotated dump in docs/format.md between
+    ``<!-- marker: begin`` and ``<!-- marker: end`` spells out: lines of an
+    offset (checked), hex bytes or ``00 × N``, then the annotation."""
     text = DOC.read_text(encoding="utf-8")
-    block = text.split("<!-- worked-example: begin")[1].split("<!-- worked-example: end")[0]
+    block = text.split(f"<!-- {marker}: begin")[1].split(f"<!-- {marker}: end")[0]
     expected, pos = bytearray(), 0
     for line in block.splitlines():
         m = re.match(r"^([0-9a-f]{4})  ((?:[0-9a-f]{2})(?: [0-9a-f]{2})*)(?: × (\d+))?(?:  |$)", line)
@@ -557,10 +559,15 @@ def test_worked_example_matches_writer(tmp_path):
             chunk = bytes.fromhex(m[2]) * int(m[3] or 1)
             expected += chunk
             pos += len(chunk)
+    return bytes(expected)
+
+
+def test_worked_example_matches_writer(tmp_path):
+    """The annotated bytes in docs/format.md section 16 are what lazystore writes."""
     path = tmp_path / "example.lzy"
     ls.save({"w": np.arange(6, dtype=np.float32).reshape(2, 3), "step": np.array(7, dtype=np.int16)},
             path, metadata={"epoch": 3}, chunk_bytes=16)
-    assert path.read_bytes() == bytes(expected)
+    assert path.read_bytes() == annotated_bytes("worked-example")
     tensors, meta = spec_load(path)
     assert meta == {"epoch": 3} and tensors["step"].shape == () and tensors["step"] == 7
     assert tensors["w"].tolist() == [[0, 1, 2], [3, 4, 5]]
