@@ -1,17 +1,15 @@
 """lazystore as a torch.distributed.checkpoint storage backend (lazystore.dcp).
 
 The 2-rank run (tests/dcp/dcp_worker.py: gloo on 127.0.0.1, two processes started
-here) saves DTensors -- Shard(0), Shard(1), Replicate(), a bf16 tensor -- and
+by tests/dcp/conftest.py) saves DTensors -- Shard(0), Shard(1), Replicate(), a bf16 tensor -- and
 non-tensor items raw, with zstd and with dcp.async_save, and loads them back on
 the same 2 ranks, also resharded. The tests below then load those checkpoints
 in this single process (no_dist=True) into full tensors, bit-exactly.
 """
 
-import importlib.util
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import warnings
@@ -28,39 +26,9 @@ import lazystore as ls
 from lazystore._core.distribution import DISTRIBUTION
 from lazystore.dcp import METADATA_FILE, LazyStoreReader, LazyStoreWriter, rank_file
 from lazystore.dcp import metadata as dcp_metadata
-
-WORKER = Path(__file__).with_name("dcp_worker.py")
-_spec = importlib.util.spec_from_file_location("dcp_worker", WORKER)
-worker = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(worker)
+from tests.dcp import dcp_worker as worker
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dcp2")
-    port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(port), str(out)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
-    logs = []
-    for p in procs:
-        try:
-            logs.append(p.communicate(timeout=120)[0])
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-    for rank, (p, log) in enumerate(zip(procs, logs)):
-        assert p.returncode == 0, f"rank {rank} failed:\n{log[-4000:]}"
-    return out
 
 
 def _bits(t):
