@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lazystore._core import frameworks, globs
+from lazystore._core.naming import naming
 from lazystore._native.writer import Writer
 from lazystore.dcp.folders import DcpFolder
 from lazystore.dcp.saved import SavedBytes, SavedTensor
@@ -107,7 +108,8 @@ def _bands(t: SavedTensor):
     if not t.shape:  # a 0-d tensor: one chunk, one element
         band = np.empty((), dtype=t.spec.dtype)
         for c in t.chunks:
-            band[...] = c.reader.rows(0, 1).reshape(())
+            with naming(c.file):
+                band[...] = c.reader.rows(0, 1).reshape(())
         yield band
         return
     row_bytes = math.prod(t.shape[1:]) * t.spec.dtype.itemsize
@@ -120,7 +122,8 @@ def _bands(t: SavedTensor):
             lo, hi = max(top, c.offsets[0]), min(bottom, c.offsets[0] + c.sizes[0])
             if lo >= hi or not math.prod(c.sizes[1:]):
                 continue
-            part = c.reader.rows(lo - c.offsets[0], hi - c.offsets[0])
+            with naming(c.file):
+                part = c.reader.rows(lo - c.offsets[0], hi - c.offsets[0])
             place = (slice(lo - top, hi - top),) + tuple(slice(o, o + s) for o, s in zip(c.offsets[1:], c.sizes[1:]))
             band[place] = part
         yield band

@@ -17,6 +17,7 @@ import os
 
 import numpy as np
 
+from lazystore._core.naming import naming
 from lazystore._core.torch_arrays import torch_name
 from lazystore.dcp import pickled_metadata
 from lazystore.dcp.metadata import item_key
@@ -96,19 +97,20 @@ class DcpFolder:
             except FileNotFoundError:
                 raise FormatError(f"{path} is missing: the checkpoint's metadata "
                                   f"({self._metadata_path()}) names it") from None
-            self._open[name] = make(source, path)
+            with naming(path):
+                self._open[name] = make(source, path)
         return self._open[name]
 
     def _read_lazystore(self, verify: bool) -> None:
         from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
 
-        reader = LazyStoreReader(self.folder)
-        md = reader.read_metadata()  # strict JSON, no pickle (lazystore.dcp.metadata)
+        lazy_reader = LazyStoreReader(self.folder)
+        md = lazy_reader.read_metadata()  # strict JSON, no pickle (lazystore.dcp.metadata)
 
         def rank_view(source, path):
             view = open_view(source, verify=verify)
             try:
-                check_rank_file(view, path, os.path.basename(path), reader.save_id)
+                check_rank_file(view, path, os.path.basename(path), lazy_reader.save_id)
             except BaseException:
                 view.close()
                 raise
@@ -122,20 +124,21 @@ class DcpFolder:
             if info.key not in view:
                 raise FormatError(f"{os.path.join(self.folder, info.relative_path)} has no item {info.key!r} "
                                   "named by the DCP metadata")
-            return view, info.key, f"{os.path.join(self.folder, info.relative_path)}: {info.key}"
+            return view, info.key, os.path.join(self.folder, info.relative_path)
 
         for fqn, item in md.state_dict_metadata.items():
             if isinstance(item, BytesStorageMetadata):
-                view, key, where = located(MetadataIndex(fqn))
-                self.items.append(SavedBytes(fqn, view.info(key).nbytes, _LazyBytes(view, key, where)))
+                view, key, file = located(MetadataIndex(fqn))
+                self.items.append(SavedBytes(fqn, view.info(key).nbytes, _LazyBytes(view, key, f"{file}: {key}")))
                 continue
             spec = tensor_spec(torch_name(item.properties.dtype), fqn, self._metadata_path())
             shape = tuple(item.size)
             chunks = []
             for c in item.chunks:
-                view, key, where = located(MetadataIndex(fqn, c.offsets))
+                view, key, file = located(MetadataIndex(fqn, c.offsets))
                 sizes = tuple(c.sizes)
-                chunks.append(SavedChunk(tuple(c.offsets), sizes, where, _LazyChunk(view, key, spec, sizes, where)))
+                chunk = _LazyChunk(view, key, spec, sizes, f"{file}: {key}")
+                chunks.append(SavedChunk(tuple(c.offsets), sizes, file, chunk))
             self.tensors.append(SavedTensor(fqn, spec, shape, tuple(chunks)))
 
     def _read_torch(self) -> None:
@@ -151,21 +154,21 @@ class DcpFolder:
                 raise FormatError(f"{path}: {what} was written through DCP stream extensions "
                                   f"{list(info.transforms)}, which lazystore does not read")
             source = self._file(info.file, lambda source, _path: source)
-            return source, info, f"{os.path.join(self.folder, info.file)}: {what}"
+            return source, info, os.path.join(self.folder, info.file), what
 
         for fqn in md.byte_items:
-            source, info, where = located(fqn, None)
+            source, info, file, _ = located(fqn, None)
             if info.offset + info.length > source.size:
-                raise FormatError(f"{where}: the item lies past the end of the file (truncated?)")
+                raise FormatError(f"{file}: {fqn}: the item lies past the end of the file (truncated?)")
             self.items.append(SavedBytes(fqn, info.length, _TorchBytes(source, info.offset, info.length)))
         for fqn, t in md.tensors.items():
             spec = tensor_spec(t.dtype, fqn, path)
             check_shape(t.shape, spec, fqn, path)
             chunks = []
             for offsets, sizes in zip(t.chunks, t.chunk_sizes):
-                source, info, where = located(fqn, offsets)
-                reader = TorchChunk(source, info.offset, info.length, spec, sizes, where)
-                chunks.append(SavedChunk(offsets, sizes, where, reader))
+                source, info, file, what = located(fqn, offsets)
+                reader = TorchChunk(source, info.offset, info.length, spec, sizes, f"{file}: {what}")
+                chunks.append(SavedChunk(offsets, sizes, file, reader))
             self.tensors.append(SavedTensor(fqn, spec, t.shape, tuple(chunks)))
 
 

@@ -34,7 +34,7 @@ class SavedChunk:
 
     offsets: tuple[int, ...]
     sizes: tuple[int, ...]
-    where: str  # the item, as an error should name it: "file: key"
+    file: str  # the file holding it, which every error reading it names
     reader: RowReader
 
 

@@ -59,6 +59,16 @@ def check_rank_file(ck, path, rel: str, save_id: str | None) -> None:
                           f"the metadata names {save_id!r}): the checkpoint is mixed")
 
 
+def _torch_checkpoint_hint(path) -> str:
+    """What to do instead when ``path`` holds torch's own DCP checkpoint."""
+    local = local_path(path)
+    if local is None or not os.path.isfile(os.path.join(local, ".metadata")):
+        return ""
+    return ("; it holds a checkpoint of torch's FileSystemWriter (.metadata): load it with torch's reader "
+            "(dcp.load(state_dict, checkpoint_id=path)), or make one lazystore file of it with "
+            "lazystore.dcp.consolidate(path, 'model.lzy')")
+
+
 def _metadata_file(rank: int | None) -> str:
     # use_collectives=False: each rank records its own metadata.
     return METADATA_FILE if rank is None else f"metadata-rank-{rank:05d}.lzy"
@@ -289,7 +299,8 @@ class LazyStoreReader(StorageReader):
         try:
             ck = ls_open(path, storage_options=self.storage_options or None)
         except FileNotFoundError:
-            raise CheckpointNotFoundError(f"no lazystore DCP checkpoint at {self.path} ({path} is missing)") from None
+            raise CheckpointNotFoundError(f"no lazystore DCP checkpoint at {self.path} ({path} is missing)"
+                                          f"{_torch_checkpoint_hint(self.path)}") from None
         with ck:
             doc = ck.system_metadata.get(DCP_KEY)
         if doc is None:

@@ -177,6 +177,28 @@ def test_missing_checkpoint(tmp_path):
         LazyStoreReader(tmp_path / "nothing").read_metadata()
 
 
+def test_a_torch_folder_given_to_lazystores_reader_says_what_to_do(saved):
+    with pytest.raises(ls.CheckpointNotFoundError) as exc_info:
+        LazyStoreReader(saved / "torch").read_metadata()
+    assert "torch's FileSystemWriter" in str(exc_info.value)
+    assert "lazystore.dcp.consolidate" in str(exc_info.value)
+
+
+def test_dcp_load_without_a_reader_only_knows_torchs_readers(tmp_path):
+    # torch 2.13's _storage_setup tries FileSystemReader then FsspecReader, hard-coded:
+    # there is no registry a third-party reader could join, so a lazystore folder needs
+    # storage_reader= (docs/distributed.md). If torch grows one, this test says so.
+    sd = _small_state()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(sd, storage_writer=LazyStoreWriter(tmp_path), no_dist=True)
+        out = {"w": torch.zeros(4, 6)}
+        with pytest.raises(CheckpointException, match=r"\.metadata"):
+            dcp.load(out, checkpoint_id=tmp_path, no_dist=True)
+        dcp.load(out, storage_reader=LazyStoreReader(tmp_path), no_dist=True)  # the one-liner
+    assert torch.equal(out["w"], sd["w"])
+
+
 class _Planner:
     """The two calls read_data makes for a tensor item, recording what it got."""
 
