@@ -31,6 +31,7 @@ import numpy as np
 
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore._core.dtypes import DtypeSpec
+from lazystore._core.torch_refusals import refusal_reason
 from lazystore.errors import ChecksumError, FormatError
 from lazystore.sources import ByteSource
 
@@ -145,12 +146,16 @@ class TorchChunk:
     def _describe(self):
         """The chunk as a meta tensor: its dtype, size and strides, no data."""
         torch = torch_adapter.require()
+        head = bytes(self._source.read(self._offset, self._offset + min(self._length, len(_LOCAL_MAGIC))))
+        if head != _LOCAL_MAGIC:  # FileSystemWriter's safetensors format, or damage
+            raise FormatError(f"{self._where}: not a tensor saved by torch.save (a torch zip); lazystore reads "
+                              "FileSystemWriter's default (torch_save) format only")
         try:
             meta = torch.load(FileSlice(self._source, self._offset, self._length), weights_only=True,
                               map_location="meta")
         except Exception as exc:  # noqa: BLE001 - anything torch refuses is bad input
-            raise FormatError(f"{self._where}: not a tensor saved by torch.save "
-                              f"(torch.load(weights_only=True) refused it: {type(exc).__name__}: {exc})") from None
+            raise FormatError(f"{self._where}: torch.load(weights_only=True) refused the saved chunk: "
+                              f"{refusal_reason(exc)}") from None
         if type(meta) is not torch.Tensor:
             raise FormatError(f"{self._where}: holds a {type(meta).__name__}, not a tensor")
         got = torch_adapter.torch_name(meta.dtype)
@@ -192,4 +197,4 @@ def load_value(data, where: str):
     try:
         return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except Exception as exc:  # noqa: BLE001 - whatever torch refuses; nothing of it ran
-        raise Unloadable(f"{type(exc).__name__}: {exc}") from None
+        raise Unloadable(refusal_reason(exc)) from None

@@ -186,6 +186,21 @@ def test_non_tensor_items_torch_refuses_are_skipped_and_never_run(tmp_path):
     assert torch.equal(got["w"], state["w"]) and torch.equal(got["t"], state["t"]) and got["t"].shape == ()
 
 
+@pytest.mark.parametrize("kind,words", [("safetensors", "default (torch_save) format only"),
+                                        ("zstd extension", "stream extensions")])
+def test_formats_of_torchs_writer_lazystore_does_not_read(tmp_path, kind, words):
+    from torch.distributed.checkpoint._extension import ZStandard
+    from torch.distributed.checkpoint.filesystem import SerializationFormat
+
+    options = ({"serialization_format": SerializationFormat.SAFETENSORS} if kind == "safetensors"
+               else {"_extensions": [ZStandard()]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"w": torch.ones(3, 4), "step": 1}, storage_writer=dcp.FileSystemWriter(tmp_path / "ck", **options),
+                 no_dist=True)
+    _refused(tmp_path / "ck", tmp_path, ls.FormatError, words, tmp_path / "ck")
+
+
 # -- memory: bounded by the band and the writer's window, not by the model ------------------
 
 _RSS_SCRIPT = textwrap.dedent("""
