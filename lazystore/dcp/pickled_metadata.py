@@ -85,6 +85,11 @@ def read(path) -> TorchMetadata:
         data = f.read(MAX_METADATA_BYTES + 1)
     if len(data) > MAX_METADATA_BYTES:
         raise FormatError(f"{path}: larger than {MAX_METADATA_BYTES} bytes, more than DCP metadata holds")
+    return parse(data, path)
+
+
+def parse(data: bytes, path) -> TorchMetadata:
+    """The metadata pickled in ``data``, read from ``path`` (named in errors)."""
     unpickler = _Unpickler(io.BytesIO(data))
     try:
         root = unpickler.load()
