@@ -24,9 +24,9 @@ from lazystore.dcp.metadata import item_key
 from lazystore.dcp.saved import SavedBytes, SavedChunk, SavedTensor, check_shape, check_tiling, tensor_spec
 from lazystore.dcp.storage import METADATA_FILE, LazyStorageInfo, LazyStoreReader, check_rank_file
 from lazystore.dcp.torch_chunks import TorchChunk
-from lazystore.errors import CheckpointNotFoundError, FormatError
+from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
 from lazystore.interop.detect import open_view
-from lazystore.sources import open_in_folder
+from lazystore.sources import is_url, open_in_folder
 
 TORCH_METADATA_FILE = ".metadata"  # torch.distributed.checkpoint.filesystem's _metadata_fn
 
@@ -49,6 +49,9 @@ class DcpFolder:
 
     def __init__(self, folder, *, verify: bool = True):
         self.folder = os.fspath(folder)
+        if is_url(self.folder):
+            raise InvalidInputError(f"{self.folder}: consolidation reads a local folder; copy the checkpoint "
+                                    "to a local disk first")
         if not os.path.isdir(self.folder):
             if not os.path.exists(self.folder):
                 raise CheckpointNotFoundError(f"{self.folder}: no such DCP checkpoint folder")
@@ -181,10 +184,10 @@ class _LazyChunk:
         if np.dtype(info.dtype) != spec.dtype or tuple(info.shape) != sizes:
             raise FormatError(f"{where}: holds {info.dtype} {list(info.shape)}; the metadata says "
                               f"{spec.name} {list(sizes)}")
-        self._view, self._key = view, key
+        self._view, self._key, self._scalar = view, key, not sizes
 
     def rows(self, start: int, stop: int) -> np.ndarray:
-        if not self._view.info(self._key).shape:  # a 0-d tensor is its one row
+        if self._scalar:  # a 0-d tensor is its one row
             return np.asarray(self._view[self._key]).reshape(1)
         return self._view.get_slice(self._key)[start:stop]
 

@@ -125,7 +125,10 @@ def _stand_ins() -> dict[str, type]:
         def __setstate__(self, state):
             self.state = state
 
-    return {kind: type(kind, (Node,), {"__slots__": (), "kind": kind}) for kind in set(_GLOBALS.values())}
+    kinds = {kind: type(kind, (Node,), {"__slots__": (), "kind": kind}) for kind in set(_GLOBALS.values())}
+    # An OrderedDict is filled item by item (SETITEMS), as a dict is.
+    kinds["OrderedDict"] = type("OrderedDict", (dict,), {})
+    return kinds
 
 
 class _Unpickler(pickle.Unpickler):

@@ -11,6 +11,7 @@ a run of its rows; how depends on the folder (:mod:`lazystore.dcp.folders`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -52,7 +53,7 @@ class SavedBytes:
 
     fqn: str
     nbytes: int
-    load: object  # () -> bytes, checked where the folder's format can check them
+    load: Callable[[], bytes]  # checked where the folder's format can check them
 
 
 def tensor_spec(dtype_name: str, fqn: str, where) -> DtypeSpec:

@@ -111,6 +111,7 @@ def test_not_a_dcp_folder(tmp_path):
     (tmp_path / "empty").mkdir()
     _refused(tmp_path / "empty", tmp_path, ls.FormatError, "not a DCP checkpoint", tmp_path / "empty")
     _refused(tmp_path / "nothing", tmp_path, ls.CheckpointNotFoundError, tmp_path / "nothing")
+    _refused("memory://bucket/ckpt", tmp_path, ls.InvalidInputError, "local folder")
 
 
 @pytest.mark.parametrize("name,file", [("torch", "__1_0.distcp"), ("zstd", rank_file(1))])

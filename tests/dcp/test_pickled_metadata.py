@@ -65,3 +65,14 @@ def test_a_pickle_cannot_change_torchs_classes(saved, tmp_path):
         pickled_metadata.read(path)
     assert not hasattr(Metadata, "evil")
     assert pickled_metadata.read(saved / "torch" / ".metadata").tensors  # the next read is unaffected
+
+
+def test_an_ordered_dict_in_the_metadata_reads_as_a_dict(saved, tmp_path):
+    from collections import OrderedDict
+
+    with open(saved / "torch" / ".metadata", "rb") as f:
+        md = pickle.load(f)  # the test's own checkpoint, written by the worker
+    md.planner_data = OrderedDict(md.planner_data)
+    md.state_dict_metadata = OrderedDict(md.state_dict_metadata)
+    again = pickled_metadata.parse(pickle.dumps(md), ".metadata")
+    assert again == pickled_metadata.read(saved / "torch" / ".metadata")
