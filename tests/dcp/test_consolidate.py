@@ -87,6 +87,64 @@ def test_keys_and_skipping_non_tensors(saved, tmp_path):
     assert not (tmp_path / "none.lzy").exists()
 
 
+def _grid_checkpoint(folder, fqn: str, full, bounds: list[list[int]], ranks: int = 3) -> None:
+    """A lazystore DCP folder holding ``full`` cut at ``bounds`` (per axis) into
+    a grid of chunks, spread over ``ranks`` rank files: layouts a 2-process
+    run cannot make (chunks along several axes, uneven, many per file)."""
+    import itertools
+    import uuid
+
+    from torch.distributed.checkpoint.metadata import (
+        ChunkStorageMetadata,
+        Metadata,
+        MetadataIndex,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
+
+    from lazystore.dcp import METADATA_FILE, LazyStorageInfo
+    from lazystore.dcp import metadata as dcp_metadata
+
+    save_id = uuid.uuid4().hex
+    boxes = list(itertools.product(*[list(zip(b[:-1], b[1:])) for b in bounds]))
+    writers = [ls.Writer(folder / rank_file(r)) for r in range(ranks)]
+    chunks, storage = [], {}
+    for i, box in enumerate(boxes):
+        offsets, sizes = [a for a, _ in box], [b - a for a, b in box]
+        index = MetadataIndex(fqn, offsets)
+        key, w = dcp_metadata.item_key(index), writers[i % ranks]
+        w.add(key, full[tuple(slice(a, b) for a, b in box)])
+        chunks.append(ChunkStorageMetadata(torch.Size(offsets), torch.Size(sizes)))
+        storage[index] = LazyStorageInfo(rank_file(i % ranks), key)
+    for r, w in enumerate(writers):
+        w.system_metadata[dcp_metadata.DCP_KEY] = {"save_id": save_id, "file": rank_file(r)}
+        w.close()
+    md = Metadata({fqn: TensorStorageMetadata(TensorProperties(dtype=torch.float32), torch.Size(full.shape), chunks)},
+                  storage_data=storage)
+    with ls.Writer(folder / METADATA_FILE) as w:
+        w.system_metadata[dcp_metadata.DCP_KEY] = dcp_metadata.encode(md, save_id)
+
+
+@pytest.mark.parametrize("shape,bounds", [
+    ((10, 7), [[0, 3, 4, 10], [0, 5, 7]]),  # uneven rows and columns
+    ((6, 5, 4), [[0, 6], [0, 2, 5], [0, 1, 4]]),  # cut along the inner axes only
+    ((9,), [[0, 2, 3, 9]]),
+])
+def test_chunks_cut_along_any_axes_assemble_through_small_bands(tmp_path, monkeypatch, shape, bounds):
+    import importlib
+
+    import numpy as np
+
+    consolidating = importlib.import_module("lazystore.dcp.consolidate")  # the module, not the function
+    monkeypatch.setattr(consolidating, "BAND_BYTES", 2 * 4 * int(np.prod(shape[1:])))  # two rows a band
+    full = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    (tmp_path / "ck").mkdir()
+    _grid_checkpoint(tmp_path / "ck", "w", full, bounds)
+    consolidate(tmp_path / "ck", tmp_path / "out.lzy")
+    with ls.open(tmp_path / "out.lzy") as ck:
+        assert ck["w"].tobytes() == full.tobytes() and ck["w"].shape == shape
+
+
 # -- bad input: lazystore's errors naming the file, and nothing written --------------------
 
 
