@@ -19,7 +19,13 @@ from collections.abc import Iterator, Mapping
 
 from lazystore import api
 from lazystore._core import ties, torch_arrays
-from lazystore.errors import InvalidInputError, MissingDependencyError, StateDictMismatchError, TensorNotFoundError
+from lazystore.errors import (
+    FormatError,
+    InvalidInputError,
+    MissingDependencyError,
+    StateDictMismatchError,
+    TensorNotFoundError,
+)
 from lazystore.sources import local_path
 
 NEEDS_TORCH = "lazystore.hf.offload gives PyTorch tensors"
@@ -54,7 +60,7 @@ class FileWeights(Mapping):
     def __init__(self, checkpoint, *, names: Mapping[str, str] | None = None, verify: bool = True):
         torch_arrays.require(NEEDS_TORCH)
         self._verify = verify
-        self._mapped = api.open(checkpoint)
+        self._mapped = open_named(checkpoint)
         self._unmapped = None
         try:
             stored = list(self._mapped)
@@ -63,7 +69,7 @@ class FileWeights(Mapping):
             self._where.update(self._renamed(names))
             self._compressed = {n for n in stored if self._mapped.info(n).compression is not None}
             if self._compressed and _is_local(checkpoint):
-                self._unmapped = api.open(checkpoint, mmap=False)
+                self._unmapped = open_named(checkpoint, mmap=False)
         except BaseException:
             self.close()
             raise
@@ -136,6 +142,19 @@ class FileWeights(Mapping):
             raise TensorNotFoundError(f"no tensor named {key!r} in {self.name}") from None
 
 
+def open_named(checkpoint, **options):
+    """``ls.open(checkpoint)``, its FormatError naming the checkpoint where
+    the reader's message does not (a file cut short says only "bad magic
+    at end of file")."""
+    try:
+        return api.open(checkpoint, **options)
+    except FormatError as exc:
+        name = os.fspath(checkpoint) if isinstance(checkpoint, (str, os.PathLike)) else None
+        if name is None or name in str(exc):
+            raise
+        raise type(exc)(f"{name}: {exc}") from exc
+
+
 def _is_local(checkpoint) -> bool:
     """A local path (a second, unmapped view of it is one more descriptor,
     where for a URL it would be more requests for nothing: remote reads are
@@ -188,7 +207,7 @@ def dispatch_from_file(model, device_map, weights, *, main_device=None, offload_
     ``dtype=``, picks it. Tied weights the file stores under one name only
     are served under every name of the tie.
     """
-    accelerate_utils = _accelerate()
+    accelerate_utils = require_accelerate()
     import accelerate
 
     if not isinstance(weights, Mapping):
@@ -211,7 +230,7 @@ def dispatch_from_file(model, device_map, weights, *, main_device=None, offload_
         preload_module_classes=preload_module_classes, force_hooks=force_hooks)
 
 
-def _accelerate():
+def require_accelerate():
     try:
         import accelerate.utils
     except ImportError as exc:
