@@ -39,6 +39,8 @@ EXTRAS = {
     r"^\s*(?:import|from)\s+torch\b|\blazystore\.(?:torch|dcp)\b": "torch",
     r"^\s*(?:import|from)\s+lightning\b|\blazystore\.lightning\b": "lightning",
     r"^\s*(?:import|from)\s+safetensors\b": "safetensors",
+    r"^\s*(?:import|from)\s+accelerate\b|\blazystore\.hf\.(?:big_model|offload)\b": "accelerate",
+    r"^\s*(?:import|from)\s+transformers\b": "transformers",
 }
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

@@ -42,6 +42,15 @@ def ids():
     return torch.randint(1000, 30000, (2, 11), generator=torch.Generator().manual_seed(0))
 
 
+@pytest.fixture(scope="module")
+def in_memory(minilm_files, ids):
+    """The reference: MiniLM loaded whole, in memory, from its safetensors weights."""
+    config, state, _ = minilm_files
+    model = transformers.BertModel(config).eval()
+    model.load_state_dict(state, strict=False)  # the file's position_ids is not a BertModel state entry
+    return hidden(model, ids)
+
+
 def meta_bert(config):
     with accelerate.init_empty_weights():
         return transformers.BertModel(config).eval()
@@ -56,23 +65,19 @@ def test_accelerate_alone_cannot_load_a_lazystore_file(minilm_files):
     # The issue's row: accelerate treats any file that is not .safetensors as torch.save's.
     config, _, files = minilm_files
     with pytest.raises(Exception, match="Weights only load failed"):
-        accelerate.load_checkpoint_in_model(transformers.BertModel(config), str(files[None]))
+        accelerate.load_checkpoint_in_model(meta_bert(config), str(files[None]))
 
 
 @pytest.mark.parametrize("compression", [None, "zstd"])
-def test_auto_map_over_budget_bit_identical_and_no_offload_folder(minilm_files, ids, compression, tmp_path):
-    config, state, files = minilm_files
-    reference = transformers.BertModel(config).eval()
-    reference.load_state_dict(state, strict=False)  # the file's position_ids is not a BertModel state entry
+def test_auto_map_over_budget_bit_identical_and_no_offload_folder(minilm_files, ids, in_memory, compression,
+                                                                  tmp_path):
+    config, _, files = minilm_files
     offload = tmp_path / "offload"
     model = load_checkpoint_and_dispatch(meta_bert(config), files[compression], offload_folder=offload, **AUTO)
     on_disk = [m for m, d in model.hf_device_map.items() if d == "disk"]
     assert len(on_disk) >= 4 and model.hf_device_map["embeddings"] == "cpu"
-    assert torch.equal(hidden(model, ids), hidden(reference, ids))
+    assert torch.equal(hidden(model, ids), in_memory)
     assert not offload.exists()  # passed, not needed, not created
-    theirs = accelerate.load_checkpoint_and_dispatch(meta_bert(config), str(files["safetensors"]),
-                                                     offload_folder=tmp_path / "theirs", **AUTO)
-    assert theirs.hf_device_map == model.hf_device_map
 
 
 def test_dtype_casts_as_accelerate_casts(minilm_files, ids, tmp_path):
@@ -80,6 +85,7 @@ def test_dtype_casts_as_accelerate_casts(minilm_files, ids, tmp_path):
     ours = load_checkpoint_and_dispatch(meta_bert(config), files["zstd"], dtype="bfloat16", **AUTO)
     theirs = accelerate.load_checkpoint_and_dispatch(meta_bert(config), str(files["safetensors"]),
                                                      dtype=torch.bfloat16, offload_folder=tmp_path, **AUTO)
+    assert ours.hf_device_map == theirs.hf_device_map  # the same max_memory computation
     out = hidden(ours, ids)
     assert out.dtype == torch.bfloat16 and torch.equal(out, hidden(theirs, ids))
 
@@ -90,7 +96,7 @@ def test_without_a_device_map_everything_is_loaded_checked(minilm_files, tmp_pat
     assert load_checkpoint_in_model(model, files["zstd"]) is None
     assert all(torch.equal(t, state[n]) for n, t in model.state_dict().items())
     with pytest.raises(ls.StateDictMismatchError, match=f"{files[None]}.*position_ids"):
-        load_checkpoint_in_model(transformers.BertModel(config), files[None], strict=True)
+        load_checkpoint_in_model(meta_bert(config), files[None], strict=True)
 
 
 def test_folders_and_the_index_load_as_the_file(tmp_path):
@@ -124,6 +130,6 @@ def test_a_damaged_lazystore_checkpoint_gets_lazystores_error(minilm_files, tmp_
     unnamed = tmp_path / "weights.bin"  # lazystore bytes under another name: told by the magic
     unnamed.write_bytes(files[None].read_bytes()[:-100])
     with pytest.raises(ls.FormatError, match=str(unnamed)):
-        load_checkpoint_in_model(transformers.BertModel(config), unnamed)
+        load_checkpoint_in_model(meta_bert(config), unnamed)
     with pytest.raises(ls.InvalidInputError, match="offload_8bit_bnb"):
         load_checkpoint_in_model(meta_bert(config), files[None], device_map={"": "disk"}, offload_8bit_bnb=True)
