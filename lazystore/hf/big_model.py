@@ -224,23 +224,26 @@ def _load_placed(model, view, device_map, dtype, offload_buffers, keep_in_fp32_m
     from accelerate.utils import set_module_tensor_to_device
 
     torch = torch_arrays.require()
+    tied_targets = set(aliases.values())
     buffers = {n for n, _ in model.named_buffers()}
-    last = {}  # the tensor just read for a stored name, for its aliases
+    shared = {}  # tensors other names alias, read once for all of them
     for name in names:
         if "SCB" in name:  # 8-bit statistics, skipped as accelerate skips them
             continue
         device = device_map[_module_of(name, device_map, view.name)]
-        info = view.info(aliases.get(name, name))
+        stored = aliases.get(name, name)
+        info = view.info(stored)
         new_dtype = _dtype_for(name, info, dtype, keep_in_fp32_modules, torch)
         if device == "disk" and (offload_buffers or name not in buffers):
             set_module_tensor_to_device(model, name, "meta", dtype=new_dtype or torch_arrays.torch_dtype_of(info.dtype))
             continue
-        stored = aliases.get(name, name)
-        value = last.get(stored)
+        value = shared.get(stored)
         if value is None:
-            array = view.load([stored], verify=True)[stored]
-            value = torch_arrays.cpu_tensor(array)
-            last = {stored: value}
+            value = torch_arrays.cpu_tensor(view.load([stored], verify=True)[stored])
+            if stored in tied_targets:
+                shared[stored] = value
+        # A disk module's buffer that stays in memory waits on the CPU for the
+        # hook to move it to the execution device.
         set_module_tensor_to_device(model, name, "cpu" if device == "disk" else device, value=value, dtype=new_dtype)
     gc.collect()
 

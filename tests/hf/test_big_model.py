@@ -133,3 +133,25 @@ def test_a_damaged_lazystore_checkpoint_gets_lazystores_error(minilm_files, tmp_
         load_checkpoint_in_model(meta_bert(config), unnamed)
     with pytest.raises(ls.InvalidInputError, match="offload_8bit_bnb"):
         load_checkpoint_in_model(meta_bert(config), files[None], device_map={"": "disk"}, offload_8bit_bnb=True)
+
+
+@pytest.mark.parametrize("offload_buffers", [False, True])
+def test_buffers_of_disk_modules_get_the_files_values(tmp_path, offload_buffers):
+    # BatchNorm's running statistics are persistent buffers: a disk module's
+    # must come from the checkpoint, kept in memory or read with its weights.
+    torch.manual_seed(0)
+    source = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 4))
+    source.train()
+    source(torch.randn(32, 8))  # running statistics that are not the initial ones
+    source.eval()
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        expected = source(x)
+    path = tmp_path / "bn.lzy"
+    save_file(source.state_dict(), path)
+    with accelerate.init_empty_weights():
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 4)).eval()
+    model = load_checkpoint_and_dispatch(model, path, device_map={"0": "cpu", "1": "disk", "2": "disk"},
+                                         offload_buffers=offload_buffers)
+    with torch.no_grad():
+        assert torch.equal(model(x), expected)
