@@ -32,7 +32,7 @@ from lazystore._core import ties, torch_arrays
 from lazystore._core.torch_reads import tensors_of
 from lazystore._native.layout import MAGIC
 from lazystore.errors import FormatError, InvalidInputError, StateDictMismatchError
-from lazystore.hf.offload import FileWeights, dispatch_from_file, open_named, require_accelerate
+from lazystore.hf.offload import FileWeights, dispatch_from_file, module_of, open_named, require_accelerate
 from lazystore.interop.sharded import INDEX_NAME
 
 logger = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ def _load_placed(model, view, device_map, dtype, offload_buffers, keep_in_fp32_m
     for name in names:
         if "SCB" in name:  # 8-bit statistics, skipped as accelerate skips them
             continue
-        device = device_map[_module_of(name, device_map, view.name)]
+        device = device_map[module_of(name, device_map, view.name)]
         stored = aliases.get(name, name)
         info = view.info(stored)
         new_dtype = _dtype_for(name, info, dtype, keep_in_fp32_modules, torch)
@@ -246,16 +246,6 @@ def _load_placed(model, view, device_map, dtype, offload_buffers, keep_in_fp32_m
         # hook to move it to the execution device.
         set_module_tensor_to_device(model, name, "cpu" if device == "disk" else device, value=value, dtype=new_dtype)
     gc.collect()
-
-
-def _module_of(name: str, device_map, where: str) -> str:
-    """The device_map entry ``name`` falls under (its longest listed prefix)."""
-    module = name
-    while module and module not in device_map:
-        module = module.rpartition(".")[0]
-    if module == "" and "" not in device_map:
-        raise InvalidInputError(f"{name} (from {where}) doesn't have any device set in device_map")
-    return module
 
 
 def _dtype_for(name, info, dtype, keep_in_fp32_modules, torch):

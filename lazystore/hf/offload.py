@@ -199,10 +199,12 @@ def dispatch_from_file(model, device_map, weights, *, main_device=None, offload_
     ``accelerate.init_empty_weights()``); their parameters (and persistent
     buffers with ``offload_buffers=True``) must be in ``weights`` with the
     model's shapes, else StateDictMismatchError naming the file, before
-    anything is dispatched. Buffers that stay in memory
-    (``offload_buffers=False``) and are still on the meta device are read
-    from the file once, here. Their dtype is the model's: a tensor read in
-    another dtype is cast at each forward (accelerate's hook does that), so
+    anything is dispatched. Tensors the hooks do not read (those of
+    modules on "cpu" or a GPU, and disk modules' buffers without
+    ``offload_buffers``) that are still on the meta device are read from
+    the file once, here, onto their device: a model built empty needs
+    nothing else. The dtype of what is read at each forward is the model's:
+    a tensor read in another dtype is cast (accelerate's hook does that), so
     ``model.to(dtype)`` on the meta model, or ``load_checkpoint_in_model``'s
     ``dtype=``, picks it. Tied weights the file stores under one name only
     are served under every name of the tie.
@@ -219,11 +221,11 @@ def dispatch_from_file(model, device_map, weights, *, main_device=None, offload_
         main_device = next(iter(on_devices)) if on_devices else "cpu"
     offloaded = ("disk",) if main_device in ("cpu", "mps") else ("cpu", "disk")
     disk = [m for m, d in device_map.items() if d == "disk"]
+    twins = _twins(model, weights)
+    _check_served(model, disk, weights, twins, offload_buffers)
+    _materialize(model, device_map, weights, twins, offload_buffers)
     in_cpu = [m for m, d in device_map.items() if d == "cpu" and "cpu" in offloaded]
     in_memory = {n: t for n, t in model.state_dict().items() if _inside(n, in_cpu)} if in_cpu else {}
-    twins = _twins(model, weights)
-    _materialize_buffers(model, disk, weights, twins, offload_buffers)
-    _check_served(model, disk, weights, twins, offload_buffers)
     return accelerate.dispatch_model(
         model, device_map, main_device=main_device, state_dict=_Served(in_memory, weights, twins),
         offload_index={}, offload_buffers=offload_buffers, skip_keys=skip_keys,
@@ -265,18 +267,41 @@ def _disk_tensors(model, disk: list[str], *, buffers: bool) -> dict:
     return {n: t for n, t in named if _inside(n, disk)}
 
 
-def _materialize_buffers(model, disk, weights, twins, offload_buffers: bool) -> None:
-    """Buffers of disk modules that stay in memory, read once from the file
-    where the model holds none yet (the hook moves them to the execution
-    device, which a meta tensor cannot be)."""
-    if offload_buffers or not disk:
-        return
+def _materialize(model, device_map, weights, twins, offload_buffers: bool) -> None:
+    """Tensors still on the meta device that no hook reads at each forward
+    (those of modules kept in memory, and the buffers of disk modules
+    without ``offload_buffers``), read from the file once, here, onto their
+    module's device ("cpu" for "cpu" and "disk" modules: a hook moves them on).
+    A tie is read once and tied again afterwards."""
     from accelerate.utils import set_module_tensor_to_device
 
-    for name, t in _disk_tensors(model, disk, buffers=True).items():
+    groups = ties.model_ties(model)
+    later_in_a_tie = {n for group in groups for n in group[1:]}
+    persistent = set(model.state_dict(keep_vars=True))
+    named = [(n, t, True) for n, t in model.named_parameters(remove_duplicate=False)]
+    named += [(n, t, False) for n, t in model.named_buffers(remove_duplicate=False)]
+    for name, t, is_parameter in named:
+        if t.device.type != "meta" or name in later_in_a_tie:
+            continue
+        device = device_map[module_of(name, device_map)]
+        if device == "disk" and (is_parameter or (offload_buffers and name in persistent)):
+            continue  # read by its hook at each forward
         source = twins.get(name, name)
-        if t.device.type == "meta" and source in weights:
-            set_module_tensor_to_device(model, name, "cpu", value=weights[source])
+        if source in weights:
+            set_module_tensor_to_device(model, name, "cpu" if device in ("cpu", "disk") else device,
+                                        value=weights[source])
+    ties.retie(model, groups)
+
+
+def module_of(name: str, device_map, where: str = "the model") -> str:
+    """The ``device_map`` entry a tensor ``name`` falls under (its longest
+    listed prefix; "" is the whole model)."""
+    module = name
+    while module and module not in device_map:
+        module = module.rpartition(".")[0]
+    if module == "" and "" not in device_map:
+        raise InvalidInputError(f"{name} (from {where}) doesn't have any device set in device_map")
+    return module
 
 
 def _check_served(model, disk, weights, twins, offload_buffers: bool) -> None:

@@ -5,7 +5,9 @@ offload folder written."""
 
 from __future__ import annotations
 
+import gc
 import os
+import weakref
 
 import pytest
 
@@ -44,6 +46,20 @@ def test_disk_modules_read_from_the_file_bit_identical_and_nothing_written(saved
     assert sorted(os.listdir(folder)) == before  # no offload folder, no .dat copies
 
 
+def test_an_empty_model_with_modules_in_memory_needs_nothing_else(saved):
+    # Modules on "cpu" are read from the file once, at dispatch; the rest at each forward.
+    config, reference, files, _ = saved
+    model = om.meta_gpt2(config)
+    placed = {"transformer.wte": "cpu", "lm_head": "cpu", "transformer.wpe": "cpu", "transformer.h.0": "cpu",
+              "transformer.h.1": "disk", "transformer.h.2": "disk", "transformer.ln_f": "disk"}
+    weights = FileWeights(files["zstd"])
+    dispatch_from_file(model, placed, weights)
+    in_memory = [n for n, p in model.named_parameters() if p.device.type != "meta"]
+    assert weights.reads == len(in_memory) and in_memory  # a tie is read once
+    assert model.lm_head.weight is model.transformer.wte.weight
+    assert torch.equal(om.logits(model, om.tokens()), reference)
+
+
 def test_only_the_running_module_is_materialized_and_each_forward_reads_again(saved):
     config, reference, files, source = saved
     model = om.meta_gpt2(config)
@@ -70,6 +86,29 @@ def test_only_the_running_module_is_materialized_and_each_forward_reads_again(sa
     assert weights.reads == per_forward
     om.logits(model, om.tokens())
     assert weights.reads == 2 * per_forward
+
+
+def test_nothing_read_outlives_the_forward_that_read_it(saved, monkeypatch):
+    # What makes peak memory one module's weights: every tensor handed to a
+    # hook is dropped once its module has run (a raw tensor's private map
+    # of the file goes with it; benchmarks/offload.py measures the RSS).
+    config, reference, files, _ = saved
+    handed = []
+    read = FileWeights.__getitem__
+
+    def keep_track(self, key):
+        t = read(self, key)
+        handed.append(weakref.ref(t))
+        return t
+
+    monkeypatch.setattr(FileWeights, "__getitem__", keep_track)
+    for compression in (None, "zstd"):
+        model = om.meta_gpt2(config)
+        dispatch_from_file(model, om.ALL_ON_DISK, files[compression])
+        assert torch.equal(om.logits(model, om.tokens()), reference)
+        gc.collect()
+        assert handed and all(ref() is None for ref in handed)
+        handed.clear()
 
 
 def test_a_tie_the_file_stores_once_is_served_under_both_names(saved, tmp_path):
