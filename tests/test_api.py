@@ -506,3 +506,17 @@ def test_file_objects_are_refused_clearly(tmp_path):
     ls.save({"a": np.ones(4)}, tmp_path / "delta.lzy", base=tmp_path / "base.lzy")
     with open(tmp_path / "delta.lzy", "rb") as f, pytest.raises(ls.BaseCheckpointError, match="delta"):
         ls.load(f)  # its base is a file beside it; bytes are beside nothing
+
+
+@pytest.mark.parametrize("cut", ["half", "preamble only", "empty"])
+def test_a_file_cut_short_is_refused_naming_it(tmp_path, cut):
+    # Reported by the accelerate work: "bad magic at end of file" named no file,
+    # so a user loading a folder of shards could not tell which one was cut.
+    ls.save({"a": np.arange(100.0)}, tmp_path / "whole.lzy")
+    data = (tmp_path / "whole.lzy").read_bytes()
+    short = tmp_path / "cut.lzy"
+    short.write_bytes({"half": data[: len(data) // 2], "preamble only": data[:64], "empty": b""}[cut])
+    for call in (ls.open, ls.load):
+        with pytest.raises(ls.FormatError) as info:
+            call(short)
+        assert str(short) in str(info.value)

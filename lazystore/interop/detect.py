@@ -18,6 +18,7 @@ for conversion by :mod:`lazystore.interop.archives`.
 
 from __future__ import annotations
 
+from lazystore._core.naming import naming
 from lazystore._native import layout as fmt
 from lazystore._native.locate import read_index, read_tail
 from lazystore.errors import FormatError
@@ -90,8 +91,10 @@ def open_file(path, *, verify: bool = False, storage_options=None, mmap: bool = 
     """Open a lazystore or safetensors file as a lazy view (local: memory-mapped
     unless ``mmap=False``; any fsspec URL: range requests). A local folder
     raises IsADirectoryError, told from the open file descriptor without a
-    second lookup of the path."""
-    return open_view(open_source(path, storage_options, mmap=mmap), verify=verify)
+    second lookup of the path. An error about the file's bytes names it (a
+    file cut short says "<path>: not a lazystore file, or truncated ...")."""
+    with naming(path):
+        return open_view(open_source(path, storage_options, mmap=mmap), verify=verify)
 
 
 def open_view(source, *, verify: bool = False) -> CheckpointView:
