@@ -23,8 +23,7 @@ from pathlib import Path
 
 from lazystore.errors import InvalidInputError
 from lazystore.hf import slices
-from lazystore.hf.weights import lazystore_weights
-from lazystore.torch import safe_open
+from lazystore.hf.weights import lazystore_weights, require_weights
 
 # What PreTrainedModel.from_pretrained (transformers 5.23) takes for itself;
 # everything else is a config attribute or an argument of the model's
@@ -69,6 +68,8 @@ def from_pretrained(cls, pretrained_model_name_or_path, *model_args, verify: boo
     weights = lazystore_weights(Path(folder, subfolder), use_safetensors=kwargs.get("use_safetensors")) \
         if local else None
     if weights is None:
+        if local and kwargs.get("gguf_file") is None and kwargs.get("state_dict") is None:
+            require_weights(Path(folder, subfolder))
         return cls.from_pretrained(folder, *model_args, **kwargs)
     for name in REFUSED:
         if kwargs.get(name) is not None:
@@ -77,12 +78,11 @@ def from_pretrained(cls, pretrained_model_name_or_path, *model_args, verify: boo
     loading.pop("use_safetensors", None)  # the choice is made: lazystore's weights
     hub = {k: kwargs[k] for k in HUB if k in kwargs}
     config, concrete, model_kwargs = _config_and_class(cls, folder, kwargs)
-    with safe_open(weights) as handle:
+    with slices.Weights(weights, verify=verify) as files:
         if _dtype_left_to_weights(loading, config):
-            loading["dtype"] = slices.weights_dtype(handle)
+            loading["dtype"] = slices.weights_dtype(files)
         generation_config = loading.pop("generation_config", None)
-        loaded = concrete.from_pretrained(None, *model_args, config=config,
-                                          state_dict=slices.lazy_state_dict(handle, verify=verify),
+        loaded = concrete.from_pretrained(None, *model_args, config=config, state_dict=files.state_dict(),
                                           trust_remote_code=kwargs.get("trust_remote_code"),
                                           **loading, **model_kwargs)
     model = loaded[0] if loading.get("output_loading_info") else loaded

@@ -1,41 +1,114 @@
-"""The state dict ``from_pretrained`` hands transformers: one lazy handle per
-tensor, read when transformers asks for it, checked against its checksums.
+"""The state dict ``from_pretrained`` hands transformers, read so that memory
+peaks at about the weights, and checked.
 
-transformers reads its own safetensors files the same way: it puts
+transformers reads its own safetensors files lazily: it puts
 ``safe_open(...).get_slice(name)`` objects in the state dict and reads each
 with ``[...]`` when it places the parameter (``core_model_loading.
-_materialize_copy``), a few tensors at a time from its loader threads. So a
-model built on the meta device never holds more than its weights. These
-handles keep that contract (``get_shape()``, ``get_dtype()``, ``[index]``)
-but read through ``safe_open.get_tensor``: the whole tensor, checked (a
-damaged one raises ``ls.ChecksumError`` naming it) unless ``verify=False``,
-zero-copy for raw tensors of a local file (a copy-on-write view of the
-map), decoded once for compressed ones.
+_materialize_copy``), a few at a time from its loader threads, into a model
+built on the meta device. The state dict here keeps that contract:
+
+- raw tensors are read together, as views of one copy-on-write map of the
+  file (zero-copy and writable, as safetensors' are), checked on the way;
+  one map, because every map of its own would bring its neighbours' pages
+  along and count them again in the process's resident memory;
+- compressed tensors are handles (:class:`CheckedSlice`: ``get_shape()``,
+  ``get_dtype()``, ``[...]``) decoded when transformers reads them, from
+  a view that reads the file with ``pread`` (its compressed pages are then
+  never mapped into the process: only the decoded tensors count).
+
+Every tensor is checked against its checksums (a damaged one raises
+``ls.ChecksumError`` naming the file and the tensor) unless
+``verify=False``; compressed chunks are always checked.
 """
 
 from __future__ import annotations
 
-from lazystore._core.dtypes import BY_SAFETENSORS, BY_TORCH_NAME
+from contextlib import contextmanager
+
+from lazystore import api
+from lazystore._core import ties, torch_arrays
+from lazystore._core.dtypes import lookup
+from lazystore.errors import ChecksumError
+from lazystore.torch import load_file
+
+
+class Weights:
+    """The tensors of lazystore weights (a file, or a sharded folder) as
+    transformers wants them; a context manager (closes the file)."""
+
+    def __init__(self, path, *, verify: bool = True):
+        self.path = path
+        self.verify = verify
+        self._view = api.open(path, mmap=False)
+        try:
+            self._stored = list(self._view)
+            self._aliases = ties.read_aliases(self._view.system_metadata, self._stored)
+        except BaseException:
+            self._view.close()
+            raise
+
+    def __enter__(self) -> Weights:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._view.close()
+
+    def names(self) -> list[str]:
+        """Every name, sorted as safetensors' ``keys()`` (tied names included:
+        transformers ties them again)."""
+        return sorted(self._stored + list(self._aliases))
+
+    def info(self, name: str):
+        return self._view.info(self._aliases.get(name, name))
+
+    def state_dict(self, *, skip=()) -> dict:
+        """``{name: tensor or CheckedSlice}`` for every name but ``skip``'s."""
+        wanted = [n for n in self.names() if n not in skip]
+        stored = {self._aliases.get(n, n) for n in wanted}
+        raw = [n for n in self._stored if n in stored and self._view.info(n).compression is None]
+        with naming_file(self.path):
+            mapped = load_file(self.path, keys=raw, verify=self.verify) if raw else {}
+        return {n: mapped[t] if (t := self._aliases.get(n, n)) in mapped else CheckedSlice(self, n) for n in wanted}
+
+    def read(self, name: str):
+        """The whole tensor ``name``, checked unless ``verify=False``."""
+        target = self._aliases.get(name, name)
+        with naming_file(self.path):
+            return torch_arrays.cpu_tensor(self._view.load([target], verify=self.verify)[target])
+
+    def torch_dtype(self, name: str):
+        return torch_arrays.torch_dtype_of(self.info(name).dtype)
+
+
+@contextmanager
+def naming_file(path):
+    """Re-raise a ChecksumError with the file's path in front: transformers
+    reports a failed load by the parameter, and the file is what to replace."""
+    try:
+        yield
+    except ChecksumError as e:
+        raise ChecksumError(f"{path}: {e.what}", e.expected, e.actual) from None
 
 
 class CheckedSlice:
     """``state_dict[name]`` for transformers: ``[...]`` reads the tensor."""
 
-    __slots__ = ("_handle", "_name", "_verify")
+    __slots__ = ("_name", "_weights")
 
-    def __init__(self, handle, name: str, verify: bool):
-        self._handle = handle
+    def __init__(self, weights: Weights, name: str):
+        self._weights = weights
         self._name = name
-        self._verify = verify
 
     def get_shape(self) -> list[int]:
-        return self._handle.get_slice(self._name).get_shape()
+        return list(self._weights.info(self._name).shape)
 
     def get_dtype(self) -> str:
-        return self._handle.get_slice(self._name).get_dtype()
+        """safetensors' dtype string ("F32", "BF16", ...)."""
+        spec = lookup(self._weights.info(self._name).dtype)
+        return spec.safetensors or spec.name
 
     def __getitem__(self, index):
-        tensor = self._handle.get_tensor(self._name, verify=self._verify)
+        tensor = self._weights.read(self._name)
         # A part (tensor-parallel sharding asks for rows) is cut from the checked whole:
         # a checksum covers whole chunks, so reading less could not be checked.
         return tensor if index is Ellipsis else tensor[index]
@@ -44,14 +117,7 @@ class CheckedSlice:
         return f"<CheckedSlice {self._name!r}>"
 
 
-def lazy_state_dict(handle, *, verify: bool = True) -> dict:
-    """``{name: CheckedSlice}`` for every tensor of an open
-    ``lazystore.torch.safe_open`` handle (aliases of tied tensors included:
-    transformers ties them again)."""
-    return {name: CheckedSlice(handle, name, verify) for name in handle.keys()}
-
-
-def weights_dtype(handle):
+def weights_dtype(weights: Weights):
     """The torch dtype transformers' ``dtype="auto"`` takes from a checkpoint
     whose config names none: the first floating dtype among its tensors in
     name order, float8 and float4 skipped (a model cannot be built in them);
@@ -59,14 +125,8 @@ def weights_dtype(handle):
     (``modeling_utils.get_state_dict_dtype``)."""
     import torch
 
-    dtypes = [getattr(torch, _spec(handle.get_slice(n).get_dtype()).name) for n in handle.keys()]
+    dtypes = [weights.torch_dtype(n) for n in weights.names()]
     for dt in dtypes:
         if dt.is_floating_point and "float8_" not in str(dt) and "float4_" not in str(dt):
             return dt
     return dtypes[0] if dtypes else torch.float32
-
-
-def _spec(name: str):
-    """The dtype row of what ``SafeSlice.get_dtype()`` gives: safetensors'
-    name, or lazystore's for the dtypes safetensors lacks."""
-    return BY_SAFETENSORS.get(name) or BY_TORCH_NAME[name]

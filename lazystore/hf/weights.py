@@ -58,6 +58,17 @@ def lazystore_weights(folder, *, use_safetensors=None) -> Path | None:
     return folder if ours[0] == INDEX_NAME else folder / WEIGHTS_NAME
 
 
+def require_weights(folder) -> None:
+    """Raise FormatError, naming what was looked for, if ``folder`` holds
+    neither lazystore's nor transformers' weights (a PEFT adapter folder,
+    which names its base model, is transformers' to resolve)."""
+    folder = Path(folder)
+    found = [n for n in (INDEX_NAME, WEIGHTS_NAME, "adapter_config.json") if (folder / n).is_file()]
+    if not found and not transformers_weights(folder):
+        raise FormatError(f"{folder}: no model weights: no {WEIGHTS_NAME} or {INDEX_NAME} (lazystore), and no "
+                          f"{' or '.join(TRANSFORMERS_WEIGHTS)} (transformers)")
+
+
 def transformers_weights(folder) -> list[str]:
     """The names of transformers' weight files in ``folder``, sorted."""
     with os.scandir(folder) as entries:
