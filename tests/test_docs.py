@@ -39,6 +39,9 @@ EXTRAS = {
     r"^\s*(?:import|from)\s+torch\b|\blazystore\.(?:torch|dcp)\b": "torch",
     r"^\s*(?:import|from)\s+lightning\b|\blazystore\.lightning\b": "lightning",
     r"^\s*(?:import|from)\s+safetensors\b": "safetensors",
+    r"^\s*(?:import|from)\s+transformers\b|\blazystore\.hf\b": "transformers",
+    r"^\s*(?:import|from)\s+accelerate\b|\blazystore\.hf\b": "accelerate",
+    r"^\s*(?:import|from)\s+sentence_transformers\b": "sentence_transformers",
 }
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

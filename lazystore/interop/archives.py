@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import re
 import textwrap
+import threading
 import zipfile
+from collections.abc import Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -62,8 +65,13 @@ def archive_format(path) -> str | None:
     return None
 
 
-def load_torch(path):
-    """The object of a torch zip file, through ``torch.load(weights_only=True)`` only."""
+def load_torch(path, *, map_location="cpu", safe_globals: Sequence[type] = ()):
+    """The object of a torch zip file, through ``torch.load(weights_only=True)`` only.
+
+    ``map_location`` is torch.load's. ``safe_globals`` are classes the
+    weights-only unpickler may also rebuild (callers pass only classes whose
+    rebuilding runs no code of the file's choosing, e.g. pathlib paths),
+    allowed for this load only (:func:`_allowing`)."""
     with open(path, "rb") as f:
         head = f.read(4)
     if head != ZIP_MAGIC:
@@ -71,9 +79,30 @@ def load_torch(path):
                           "lazystore reads no other torch format")
     torch = torch_adapter.require()
     try:
-        return torch.load(path, weights_only=True, mmap=True, map_location="cpu")
+        with _allowing(torch, safe_globals):
+            return torch.load(path, weights_only=True, mmap=True, map_location=map_location)
     except Exception as exc:  # noqa: BLE001 - anything torch refuses is bad input
         raise FormatError(f"{path}: torch.load(weights_only=True) refused it: {_torch_reason(exc)}") from None
+
+
+# torch keeps one process-wide allowlist; loads that extend it take turns.
+_ALLOWLIST = threading.Lock()
+
+
+@contextmanager
+def _allowing(torch, classes: Sequence[type]):
+    """Allow ``classes`` in torch's weights-only unpickler for the block.
+    torch's own ``safe_globals`` context removes its classes on exit, even
+    ones the user had allowed before: so only the missing ones go in (and
+    come out). Another thread's torch.load meanwhile sees them allowed too:
+    harmless, as callers only allow classes that run no code."""
+    if not classes:
+        yield
+        return
+    with _ALLOWLIST:
+        allowed = torch.serialization.get_safe_globals()
+        with torch.serialization.safe_globals([c for c in classes if c not in allowed]):
+            yield
 
 
 # ANSI escape sequences (CSI ... final byte, OSC ... BEL/ST): torch bolds part

@@ -111,7 +111,8 @@ def test_missing_lightning_names_the_lightning_extra(monkeypatch):
     # found in sys.modules without its parent being looked at.
     for name in [m for m in sys.modules if m == "lightning" or m.startswith("lightning.")] + ["lightning"]:
         monkeypatch.setitem(sys.modules, name, None)
-    monkeypatch.delitem(sys.modules, "lazystore.lightning", raising=False)
+    for name in [m for m in sys.modules if m == "lazystore.lightning" or m.startswith("lazystore.lightning.")]:
+        monkeypatch.delitem(sys.modules, name)
     with pytest.raises(ls.MissingDependencyError) as exc:
         importlib.import_module("lazystore.lightning")
     check_hint(str(exc.value), "lightning")

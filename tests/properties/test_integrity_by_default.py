@@ -220,3 +220,23 @@ def test_lightning_load_checkpoint_checks_by_default(tmp_path):
     io.save_checkpoint({"state_dict": {"w": W}, "epoch": 0}, path)
     with _flip_leaf_w(path):
         io.load_checkpoint(path)
+
+
+def test_lightning_load_from_checkpoint_checks_by_default(tmp_path):
+    pytest.importorskip("lightning")
+    import lightning as L
+    import torch
+
+    from lazystore.lightning import LazyStoreCheckpointIO, load_from_checkpoint
+
+    class Holder(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(64, 64))
+
+    path = tmp_path / "epoch=0.ckpt"
+    LazyStoreCheckpointIO().save_checkpoint({"state_dict": {"w": torch.from_numpy(W)},
+                                             "pytorch-lightning_version": "2.6.6"}, path)
+    assert torch.equal(load_from_checkpoint(Holder, path).w, torch.from_numpy(W))
+    with _flip_leaf_w(path):
+        load_from_checkpoint(Holder, path)

@@ -1,0 +1,75 @@
+"""``load_from_checkpoint``: ``LightningModule.load_from_checkpoint`` for
+the files LazyStoreCheckpointIO reads.
+
+Lightning's classmethod reads the file with ``torch.load``, which cannot
+read a lazystore file and offers no hook. This function reads it with the
+plugin, then does what Lightning's ``_load_from_checkpoint`` does after its
+``torch.load`` (lightning/pytorch/core/saving.py): migrate the checkpoint,
+apply ``hparams_file`` and the keyword overrides, and hand the rest to
+Lightning's own ``_load_state``, which instantiates the class from the
+hyper-parameters (its allowlist of instantiators included), checks
+``strict`` against ``strict_loading``, calls ``configure_model`` and
+``on_load_checkpoint`` and loads the state. ``_load_state`` is private:
+tests/training/test_lightning_loading.py pins what this relies on
+(lightning==2.6.6 in the test extra).
+"""
+
+from __future__ import annotations
+
+from lazystore.errors import InvalidInputError
+from lazystore.lightning.imports import (
+    _load_state,
+    load_hparams_from_tags_csv,
+    load_hparams_from_yaml,
+    migrate_checkpoint,
+    pl,
+    rank_zero_warn,
+)
+from lazystore.lightning.plugin import LazyStoreCheckpointIO
+
+
+def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None,
+                         weights_only=None, **kwargs):
+    """``cls.load_from_checkpoint(checkpoint_path, ...)`` for a checkpoint
+    LazyStoreCheckpointIO reads: a lazystore file, or a torch ``.ckpt``
+    read without unpickling.
+
+    ``cls`` is a LightningModule or LightningDataModule subclass; the
+    arguments are Lightning's: ``hparams_file`` (.yaml or .csv) replaces the
+    saved hyper-parameters, ``kwargs`` override them and reach ``__init__``,
+    ``strict`` is ``load_state_dict``'s. ``map_location``: None, a device
+    string or a ``torch.device`` (a function or a dict loads onto the CPU);
+    lazystore files record no device, so None means the CPU. The model
+    ends up on the device of the loaded weights, as with Lightning.
+    ``weights_only`` is accepted and needs no effect: nothing is unpickled.
+    Tensors are checked against the file's checksums, as ``ls.load`` does
+    (ChecksumError naming the tensor).
+    """
+    if not (isinstance(cls, type) and issubclass(cls, (pl.LightningModule, pl.LightningDataModule))):
+        raise InvalidInputError(f"load_from_checkpoint loads a LightningModule or LightningDataModule subclass, "
+                                f"not {cls!r}")
+    checkpoint = LazyStoreCheckpointIO().load_checkpoint(checkpoint_path, map_location=map_location)
+    checkpoint, _ = migrate_checkpoint(checkpoint)
+    if hparams_file is not None:
+        checkpoint[cls.CHECKPOINT_HYPER_PARAMS_KEY] = _hparams_from_file(hparams_file)
+    checkpoint.setdefault(cls.CHECKPOINT_HYPER_PARAMS_KEY, {})
+    checkpoint[cls.CHECKPOINT_HYPER_PARAMS_KEY].update(kwargs)
+    if issubclass(cls, pl.LightningDataModule):
+        return _load_state(cls, checkpoint, **kwargs)
+    model = _load_state(cls, checkpoint, strict=strict, **kwargs)
+    state_dict = checkpoint["state_dict"]
+    if not state_dict:
+        rank_zero_warn(f"The state dict in {checkpoint_path!r} contains no parameters.")
+        return model
+    device = next((t.device for t in state_dict.values() if hasattr(t, "device")), None)
+    return model if device is None else model.to(device)
+
+
+def _hparams_from_file(path) -> dict:
+    """Lightning's reading of ``hparams_file``, by its extension."""
+    extension = str(path).split(".")[-1].lower()
+    if extension == "csv":
+        return load_hparams_from_tags_csv(path)
+    if extension in ("yml", "yaml"):
+        return load_hparams_from_yaml(path)
+    raise ValueError(".csv, .yml or .yaml is required for `hparams_file`")

@@ -1,0 +1,84 @@
+"""LazyStoreCheckpointIO: Lightning's checkpoint I/O in lazystore files."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping
+
+import lazystore as ls
+from lazystore.lightning import objects, torch_files
+from lazystore.lightning.imports import CheckpointIO, get_filesystem
+
+
+class LazyStoreCheckpointIO(CheckpointIO):
+    """A Lightning ``CheckpointIO`` that writes lazystore files.
+
+    ``compression`` (e.g. "zstd") is passed to :func:`lazystore.save`;
+    ``blocking=False`` saves in the background, one save at a time.
+    ``storage_options`` given to ``save_checkpoint`` (by
+    ``Trainer.save_checkpoint(..., storage_options=...)``) are the fsspec
+    options of an object-store URL, as for :func:`lazystore.save`.
+    """
+
+    def __init__(self, *, compression=None, blocking: bool = True):
+        super().__init__()
+        self.compression = compression
+        self.blocking = blocking
+        self._pending: tuple[str, object] | None = None  # (path, future) of the save in flight
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options: Mapping | None = None) -> None:
+        path = os.fspath(path)
+        if "://" not in path:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        # The previous background save's failure, if nobody has seen it, is raised here (the next save).
+        self._pending = None
+        future = ls.save(objects.encode(checkpoint), path, compression=self.compression,
+                         storage_options=storage_options, blocking=self.blocking)
+        if future is not None:
+            self._pending = (path, future)
+
+    def load_checkpoint(self, path, map_location=None, weights_only: bool | None = None) -> dict:
+        """Load a checkpoint: a lazystore file, or a torch file Lightning
+        wrote (told by content), read without unpickling whatever
+        ``weights_only`` says. ``map_location``: for a lazystore file None,
+        a device string or a ``torch.device`` (a function or a dict, torch.load's
+        other forms, loads onto the CPU, and Lightning moves the state where
+        it belongs); for a torch file, any of torch.load's forms (None: the CPU)."""
+        self.wait()
+        if not hasattr(path, "read"):  # a file object is read as ls.load reads one
+            path = os.fspath(path)
+            if torch_files.is_torch_file(path):
+                return torch_files.load(path, map_location)
+        if callable(map_location) or isinstance(map_location, Mapping):
+            map_location = None
+        return objects.decode(ls.load(path, map_location=map_location), _name(path))
+
+    def check(self, state: Mapping) -> None:
+        """Raise what :meth:`save_checkpoint` would raise for ``state`` (an
+        ``InvalidInputError`` naming the entry), writing nothing: it is
+        saved to memory. For the parts of a checkpoint known before
+        training (hyper-parameters, see :mod:`lazystore.lightning.setup_check`)."""
+        ls.save(objects.encode(dict(state)), io.BytesIO())
+
+    def remove_checkpoint(self, path) -> None:
+        path = os.fspath(path)
+        if self._pending is not None and self._pending[0] == path:
+            self.wait()  # else the save in flight would bring the file back
+        fs = get_filesystem(path)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+
+    def wait(self) -> None:
+        """Wait for the background save in flight; raise its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending[1].result()
+
+    def teardown(self) -> None:
+        self.wait()
+
+
+def _name(path) -> str:
+    """How errors name what was read: a path, or a file object's name."""
+    return str(getattr(path, "name", "the file object")) if hasattr(path, "read") else path
