@@ -12,7 +12,7 @@ A folder holding both kinds is ambiguous: one of them is usually left over
 from an earlier save (transformers' ``save_pretrained`` does not remove a
 ``model.lzy``), and loading the stale one would give the wrong model
 without a word. So it is refused, naming both, unless the caller says which
-(``use_safetensors=True`` picks transformers' weights).
+(``use_safetensors=True`` picks transformers' weights, ``False`` lazystore's).
 """
 
 from __future__ import annotations
