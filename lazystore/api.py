@@ -108,12 +108,14 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     ``writer_options`` are :class:`Writer`'s (``alignment``, ``chunk_bytes``).
 
     With ``base`` (an earlier checkpoint, a lazystore file in the same folder
-    as ``path``), the file is a *delta checkpoint* (format 1.2): each tensor
+    as ``path``), the file is a *delta checkpoint* (format 1.3): each tensor
     the base holds with the same name, dtype and shape is stored as nothing
     if unchanged, or as its lossless difference from the base's when that
     is at least 10% smaller than storing it alone. The file names its base
-    and records its identity; opening it reads the base as needed, and a
-    base that is missing or was replaced raises BaseCheckpointError. See
+    and records the content it was coded against (so the base may be
+    rewritten, recompressed or made a delta itself, with the same content);
+    opening it reads the base as needed, and a base that is missing or
+    whose content changed raises BaseCheckpointError naming it. See
     docs/format.md §9.3 and docs/training.md, "Delta checkpoints".
 
     With ``max_shard_size`` (bytes), ``path`` is a local folder: the tensors

@@ -36,9 +36,11 @@ class ChecksumError(FormatError):
 
 
 class BaseCheckpointError(FormatError):
-    """The base of a delta checkpoint (format 1.2) is missing, cannot be
-    read, or is not the file the delta was coded against (replaced or
-    rewritten since). The message names the base file."""
+    """The base of a delta checkpoint is missing, cannot be read, or is not
+    what the delta was coded against: for a format 1.3 delta, a base whose
+    content changed; for a 1.2 one, any other file than the one it was
+    coded against (replaced or rewritten since). The message names the
+    base file."""
 
 
 class VerificationUnavailableError(LazyStoreError):

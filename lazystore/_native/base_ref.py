@@ -1,7 +1,7 @@
-"""A delta file's reference to its base (format 1.2, docs/format.md §9.3).
+"""A delta file's reference to its base (formats 1.2 and 1.3, docs/format.md §9.3).
 
-A file with delta-coded tensors (codec 2) names the file they were coded
-against in the reserved metadata member ``__lazystore_base__``::
+A file with delta-coded tensors (codec 2 or 3) names the file they were
+coded against in the reserved metadata member ``__lazystore_base__``::
 
     {"version": 1, "file": "step-000000000100.lzy",
      "index_checksum": "9f0c1d2e3a4b5c6d", "index_length": 18342}
@@ -11,6 +11,13 @@ checkpoints can be moved or copied whole). ``index_checksum`` and
 ``index_length`` are the base's trailer fields: the base's index covers
 every chunk checksum of the base, so a base replaced by another file, or
 rewritten, no longer matches, and is refused by name rather than read.
+That is the base's identity for codec-2 tensors (format 1.2). Codec-3
+tensors (format 1.3) are identified with their base by content instead (each
+chunk record holds the xxh3 of the base chunk's decoded bytes: see
+:mod:`lazystore.views.base_chain`), so a base rewritten with the same
+content stays valid; for them the two fields only say which file the delta
+was coded against, and keep the member readable by a 1.2 reader, which then
+refuses codec 3 as a newer version's rather than the member as corrupt.
 """
 
 from __future__ import annotations
@@ -27,11 +34,12 @@ BASE_KEY = "__lazystore_base__"
 # Most bases below one file that lazystore follows (and so the most it lets
 # a writer put below a file): one constant for the reader, ``ls.save(base=)``
 # and CheckpointManager's ``delta_depth``. A hostile file could claim any
-# chain; a cycle cannot be written (each file records its base's index
-# checksum, which covers that record).
+# chain; a cycle cannot be written (a writer refuses a base whose chain
+# passes through the file it replaces).
 MAX_CHAIN = 64
 BASE_VERSION = 1
 DELTA_MINOR = 2  # the format minor version that added codec 2 and this member
+CONTENT_DELTA_MINOR = 3  # the one that added codec 3: a base identified by content
 _HEX16 = re.compile(r"[0-9a-f]{16}")
 
 

@@ -1,4 +1,4 @@
-"""Writing tensors as deltas against a base file (format 1.2, codec 2).
+"""Writing tensors as deltas against a base file (format 1.3, codec 3).
 
 ``Writer(path, base=earlier)`` codes each tensor that the base also holds,
 under the same name with the same dtype and shape, against the base's
@@ -6,7 +6,10 @@ tensor: chunk by chunk, on the base's own chunk grid, so that a reader can
 decode any one chunk from the base's chunk of the same number. A chunk
 whose bytes equal the base's (compared byte for byte, never by hash) is
 stored as nothing; any other is stored as the zigzag difference of the bit
-patterns, zstd over byte planes (:mod:`lazystore.codecs.delta`).
+patterns, zstd over byte planes (:mod:`lazystore.codecs.delta`). Each
+chunk records the xxh3 of the base chunk's decoded bytes: the content it was
+coded against, which is how a reader knows its base (a base rewritten with
+the same content, recompressed or made a delta itself, stays valid).
 
 A delta pays only if it is smaller than the tensor stored alone: optimizer
 moments, say, change entirely from step to step. So the first chunk of each
@@ -24,10 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
+from lazystore._core.checksum import digest
 from lazystore._core.dtypes import DtypeSpec
 from lazystore._core.parallel import run_all
 from lazystore._native.base_ref import MAX_CHAIN, BaseRef
-from lazystore.codecs import RAW, DeltaPlanes
+from lazystore.codecs import RAW, ContentDeltaPlanes
 from lazystore.codecs.delta import word_size
 from lazystore.errors import ChecksumError, InvalidInputError, TensorNotFoundError
 from lazystore.sinks.targets import resolve as resolve_target
@@ -70,6 +74,10 @@ def open_beside_target(base, target) -> CheckpointView:
         source.close()
         raise InvalidInputError(f"{target_path} cannot be its own base: {base_path} is the same file")
     view = CheckpointView(source)
+    if st is not None and (st.st_dev, st.st_ino) in _chain_files(view):
+        view.close()
+        raise InvalidInputError(f"{target_path} cannot be a delta against {base_path}: {base_path} is a delta "
+                                f"against {target_path} (directly or down its chain), which the save replaces")
     depth = view._file.base.depth if view._file.base is not None else 0
     if depth >= MAX_CHAIN:
         view.close()
@@ -79,6 +87,22 @@ def open_beside_target(base, target) -> CheckpointView:
     return view
 
 
+def _chain_files(view: CheckpointView) -> set[tuple[int, int]]:
+    """(device, inode) of each base below ``view``, as far as they are held:
+    a file whose base's chain passes through the file it replaces would be
+    a cycle (its base decoded through itself)."""
+    bases = view._file.base
+    if bases is None:
+        return set()
+    found = set()
+    for link in bases.chain.links:
+        source = link.view._file.source if link.view is not None else link.source
+        identity = getattr(source, "identity", None)
+        if identity is not None:
+            found.add(identity)
+    return found
+
+
 class DeltaBase:
     """The base a writer codes against: open for the writer's lifetime."""
 
@@ -86,7 +110,7 @@ class DeltaBase:
         self.view = open_beside_target(base, target)
         checksum, length = self.view._file.index.identity
         self.ref = BaseRef(os.path.basename(self.view.name), checksum, length)
-        self.codec = DeltaPlanes(level)
+        self.codec = ContentDeltaPlanes(level)
         self.used = False  # did any tensor end up delta-coded?
 
     def plan(self, name: str, spec: DtypeSpec, shape: tuple[int, ...]) -> TensorDelta | None:
@@ -115,10 +139,11 @@ class TensorDelta:
         self.word = word_size(spec.dtype)
         self.is_float = spec.is_float
 
-    def encode(self, window: list, first: int, alone, level_codec) -> list | None:
+    def encode(self, window: list, first: int, alone, level_codec) -> tuple[list, list[int]] | None:
         """Stored delta chunks for ``window`` (chunks ``first``, ``first+1``,
-        ...), or None when this is the first window and the tensor is better
-        stored alone with ``alone`` (the writer's codec)."""
+        ...) and the xxh3 of each base chunk's decoded bytes, or None when
+        this is the first window and the tensor is better stored alone with
+        ``alone`` (the writer's codec)."""
         ids = list(range(first, first + len(window)))
         sizes = [self.entry.decoded[c] for c in ids]
         places = dict(zip(ids, accumulate(sizes[:-1], initial=0)))
@@ -132,12 +157,15 @@ class TensorDelta:
             raise in_base(exc, file.source.name) from None
         bases = [buf[places[c] : places[c] + n] for c, n in zip(ids, sizes)]
         code = partial(self.base.codec.encode_delta, planes=self.planes, word=self.word, is_float=self.is_float)
-        encoded = run_all(lambda pair: code(*pair), [(np.asarray(chunk).reshape(-1).view(np.uint8), b)
-                                                     for chunk, b in zip(window, bases)])
+        # Each chunk's delta, and the checksum of the base bytes it was coded
+        # against (the base's identity for a reader), on pool threads.
+        coded = run_all(lambda pair: (code(*pair), digest(pair[1])),
+                        [(np.asarray(chunk).reshape(-1).view(np.uint8), b) for chunk, b in zip(window, bases)])
+        encoded = [stored for stored, _ in coded]
         if first == 0 and len(encoded[0]):
             chunk = np.asarray(window[0]).reshape(-1).view(np.uint8)
             standalone = len(chunk) if alone is RAW else len(level_codec(chunk))
             if len(encoded[0]) > (1 - DELTA_MIN_SAVING) * standalone:
                 return None
         self.base.used = True
-        return encoded
+        return encoded, [base_sum for _, base_sum in coded]

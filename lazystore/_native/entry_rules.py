@@ -23,7 +23,7 @@ import numpy as np
 
 from lazystore._core.chunking import ChunkGrid
 from lazystore._core.dtypes import BY_CODE
-from lazystore.codecs import CODECS_BY_ID, DeltaPlanes
+from lazystore.codecs import CODECS_BY_ID, ContentDeltaPlanes, DeltaPlanes
 from lazystore.errors import FormatError
 
 MAX_NDIM = 64  # numpy's own limit
@@ -33,7 +33,8 @@ MAX_SIZE = 1 << 62
 # A zstd frame expands at most 32768-fold (a 4-byte RLE block yields 128 KiB),
 # so a chunk claiming more than this per stored byte is lying.
 MAX_EXPANSION = 1 << 15
-DELTA_CODEC = DeltaPlanes.id
+DELTA_CODEC = DeltaPlanes.id  # format 1.2: a base identified by its index checksum
+CONTENT_DELTA_CODEC = ContentDeltaPlanes.id  # format 1.3: a base identified by its chunks' content
 
 
 class Description(NamedTuple):
@@ -56,7 +57,8 @@ class Layout(NamedTuple):
     data_end: int  # where the index starts (a foreign file: where its data must end)
     alignment: int
     count: int  # tensors in the index
-    old_minor: int | None = None  # the file's minor version where it predates codec 2 (rule C4), else None
+    minor: int | None = None  # the file's minor version (rules C4, C5); None for a foreign file
+    base_checksums: bool = False  # its chunk records hold base checksums (format 1.3, rule C5)
 
 
 class Fields(NamedTuple):
@@ -67,8 +69,9 @@ class Fields(NamedTuple):
     stored_nbytes: object
     raw: object  # codec 0 (true or false)
     compressed: object  # codec 1 or 2
-    delta: object  # codec 2: a chunk of no bytes is one equal to the base's
-    strict: object  # not codec 2: every compressed chunk holds its plane header
+    delta: object  # codec 2 or 3: a chunk of no bytes is one equal to the base's
+    content: object  # codec 3: a delta against a base identified by content
+    strict: object  # not a delta: every compressed chunk holds its plane header
     planes: object
     expected: object  # where the previous tensor's padding ends (entry 0: the data region's start)
     last: object  # the index's last entry (true or false)
@@ -167,8 +170,12 @@ def chunk_and_place_rules(e: Fields, chunks, layout: Layout) -> tuple[list, obje
          e.compressed & chunks.any(lambda s, d: (s < four_planes) & ((s != 0) | strict))),  # C3
         ("compressed chunk claims an impossible expansion",
          e.compressed & chunks.any(lambda s, d: (d // MAX_EXPANSION > s) & ((s != 0) | strict))),  # C3
-        (f"codec {DELTA_CODEC} in a format 1.{layout.old_minor} file (it is format 1.2)",
-         e.delta & (layout.old_minor is not None)),  # C4
+        (f"delta codec in a format 1.{layout.minor} file (codec {DELTA_CODEC} is format 1.2, "
+         f"{CONTENT_DELTA_CODEC} format 1.3)", e.delta & _older_than(layout, 2)),  # C4
+        (f"codec {CONTENT_DELTA_CODEC} in a format 1.{layout.minor} file (it is format 1.3)",
+         e.content & _older_than(layout, 3)),  # C5
+        (f"codec {CONTENT_DELTA_CODEC} but chunk records without base checksums",
+         e.content & (not layout.base_checksums)),  # C5
         ("stored size differs from the sum of its chunks", chunks.sum_differs(e.stored_nbytes)),  # L2
     ]
     if not layout.packed:
@@ -182,6 +189,11 @@ def chunk_and_place_rules(e: Fields, chunks, layout: Layout) -> tuple[list, obje
         (lambda end: f"the index starts at {limit} but the data ends at {_align_up(end, layout.alignment)}",
          (padding_end > limit) | (e.last & (padding_end != limit))),  # L4
     ], padding_end
+
+
+def _older_than(layout: Layout, minor: int) -> bool:
+    """Is the file of a minor version before ``minor`` (a foreign file is not)?"""
+    return layout.minor is not None and layout.minor < minor
 
 
 def capped_end(offset, stored_nbytes, layout: Layout, minimum):

@@ -34,9 +34,9 @@ from lazystore._core.dtypes import BY_CODE
 from lazystore._core.keys import KeyTable
 from lazystore._native import entry_batch, entry_rules
 from lazystore._native import layout as fmt
-from lazystore._native.base_ref import BASE_KEY, DELTA_MINOR, parse_base_ref
-from lazystore._native.entry_rules import DELTA_CODEC, Description
-from lazystore.codecs import CODECS_BY_ID
+from lazystore._native.base_ref import BASE_KEY, parse_base_ref
+from lazystore._native.entry_rules import Description
+from lazystore.codecs import CODECS_BY_ID, DELTA_CODEC_IDS
 from lazystore.errors import FormatError, UnsupportedVersionError
 
 # An entry read as six 64-bit words; the last packs the small fields.
@@ -130,6 +130,9 @@ class Index:
         self.entries = raw.entries
         self.dims = raw.dims
         self.chunks = raw.chunks
+        # Per chunk record, the xxh3 of the decoded base chunk a codec-3
+        # chunk was coded against (format 1.3), where the records hold it.
+        self.base_checksums = raw.base_checksums
         self.alignment = raw.alignment
         self.keys = keys  # name -> position
         self.count = len(keys)
@@ -155,8 +158,10 @@ class Index:
         # A file with delta tensors names its base (docs/format.md §9.3).
         found = self.system_metadata.get(BASE_KEY)
         self.base = parse_base_ref(found, "the index") if found is not None else None
-        if self.base is None and self.packed and self.count and (raw.entries["codec"] == DELTA_CODEC).any():
-            raise FormatError(f"delta-coded tensors (codec {DELTA_CODEC}) but no {BASE_KEY} naming their base")
+        deltas = sorted(DELTA_CODEC_IDS)
+        if self.base is None and self.packed and self.count and np.isin(raw.entries["codec"], deltas).any():
+            raise FormatError(f"delta-coded tensors (codec {' or '.join(map(str, deltas))}) but no {BASE_KEY} "
+                              "naming their base")
         if self.packed and not self.count and data_end != self.data_start:
             raise FormatError(f"the index starts at {data_end} but an empty file's data ends at {self.data_start}")
         self.identity: tuple[int, int] | None = None  # (index checksum, length), from a lazystore trailer
@@ -164,9 +169,8 @@ class Index:
         self._refused: dict[int, tuple[int, int, str]] = {}  # position -> (dtype code, codec, message)
         self._described: dict[tuple, object] = {}  # see entry_batch.check_batch
         self._run = FIRST_RUN
-        old_minor = minor if minor is not None and minor < DELTA_MINOR else None
         self._layout = entry_rules.Layout(self.packed, self.data_start, data_end, self.alignment, self.count,
-                                          old_minor)
+                                          minor, raw.base_checksums is not None)
         # Made on first use (see _batch_sections): opening costs nothing per entry.
         self._sections: entry_batch.Sections | None = None
         self._checked: np.ndarray | None = None  # per entry: validated or refused, for batches

@@ -28,11 +28,12 @@ from lazystore.errors import FormatError, UnsupportedVersionError
 MAGIC = b"\x89LZY\r\n\x1a\n"  # like PNG's: catches 7-bit and newline mangling
 FORMAT_MAJOR = 1
 # The newest minor version this package reads and writes (1.1 added dtype
-# codes 18-22, 1.2 codec 2: tensors stored as deltas against a base file).
+# codes 18-22, 1.2 codec 2: tensors stored as deltas against a base file,
+# 1.3 codec 3: deltas against a base identified by its content).
 # A writer writes the oldest minor its file needs: BASE_MINOR unless a
 # tensor's dtype or codec is newer (docs/format.md §14), so a file that an
 # older 1.x reader can read also says it is for that reader.
-FORMAT_MINOR = 2
+FORMAT_MINOR = 3
 BASE_MINOR = 0
 # The newest minor a file without delta tensors can need (its dtypes'):
 # what an upload, which cannot rewrite its preamble, states.
@@ -66,10 +67,14 @@ ENTRY_DTYPE = np.dtype(
     ]
 )
 CHUNK_DTYPE = np.dtype([("stored_nbytes", "<u8"), ("checksum", "<u8")])
+# Format 1.3 appends a field to chunk records, in files with codec-3 tensors:
+# the xxh3 of the decoded bytes of the base chunk a delta chunk was coded
+# against (0 for any other chunk). Other files keep 16-byte records.
+WIDE_CHUNK_DTYPE = np.dtype([("stored_nbytes", "<u8"), ("checksum", "<u8"), ("base_checksum", "<u8")])
 DIM_DTYPE = np.dtype("<u8")
 
 assert PREAMBLE.size == 16 and TRAILER.size == 40 and INDEX_HEADER.size == 64
-assert ENTRY_DTYPE.itemsize == 48 and CHUNK_DTYPE.itemsize == 16
+assert ENTRY_DTYPE.itemsize == 48 and CHUNK_DTYPE.itemsize == 16 and WIDE_CHUNK_DTYPE.itemsize == 24
 
 
 def align_up(offset: int, alignment: int) -> int:
@@ -163,6 +168,8 @@ class RawIndex:
     keys: bytes  # UTF-8 keys, each terminated by NUL
     metadata: bytes  # UTF-8 JSON object
     alignment: int
+    # Each chunk record's base_checksum (format 1.3), where the records hold one.
+    base_checksums: np.ndarray | None = None
 
 
 def encode_index(
@@ -173,9 +180,12 @@ def encode_index(
     metadata: bytes,
     alignment: int,
 ) -> bytes:
+    """The index's bytes. ``chunks`` of WIDE_CHUNK_DTYPE give 24-byte chunk
+    records (format 1.3), of CHUNK_DTYPE the 16-byte ones of 1.0."""
+    wide = chunks.dtype == WIDE_CHUNK_DTYPE
     header = INDEX_HEADER.pack(
         ENTRY_DTYPE.itemsize,
-        CHUNK_DTYPE.itemsize,
+        chunks.dtype.itemsize if wide else CHUNK_DTYPE.itemsize,
         len(entries),
         len(dims),
         len(chunks),
@@ -189,7 +199,7 @@ def encode_index(
         header,
         entries.astype(ENTRY_DTYPE, copy=False).tobytes(),
         dims.astype(DIM_DTYPE, copy=False).tobytes(),
-        chunks.astype(CHUNK_DTYPE, copy=False).tobytes(),
+        chunks.tobytes() if wide else chunks.astype(CHUNK_DTYPE, copy=False).tobytes(),
         keys,
         metadata,
     ]
@@ -242,7 +252,11 @@ def decode_index(buf) -> RawIndex:
     entries = _records(sections[0], n_tensors, entry_size, ENTRY_DTYPE)
     dims = np.frombuffer(sections[1], dtype=DIM_DTYPE)
     chunks = _records(sections[2], n_chunks, chunk_record_size, CHUNK_DTYPE)
-    return RawIndex(entries, dims, chunks, bytes(sections[3]), bytes(sections[4]), alignment)
+    base_checksums = None
+    if chunk_record_size >= WIDE_CHUNK_DTYPE.itemsize:
+        wide = _records(sections[2], n_chunks, chunk_record_size, WIDE_CHUNK_DTYPE)
+        base_checksums = np.ascontiguousarray(wide["base_checksum"])
+    return RawIndex(entries, dims, chunks, bytes(sections[3]), bytes(sections[4]), alignment, base_checksums)
 
 
 def _records(section, count: int, record_size: int, dtype: np.dtype) -> np.ndarray:

@@ -27,7 +27,7 @@ from lazystore._core.dtypes import DtypeSpec, spec_for
 from lazystore._core.parallel import run_all, start_all
 from lazystore._core.rechunk import rechunk
 from lazystore._native import layout as fmt
-from lazystore._native.base_ref import BASE_KEY, DELTA_MINOR
+from lazystore._native.base_ref import BASE_KEY, CONTENT_DELTA_MINOR
 from lazystore._native.delta_writer import DeltaBase
 from lazystore._native.entry_rules import size_problem
 from lazystore.codecs import RAW, codec_for
@@ -58,7 +58,7 @@ class Writer(CloseOrAbort):
     object appears when its upload completes, and an error cancels it.
 
     ``base`` (a local lazystore file in the same folder as ``path``) makes
-    the file a delta file (format 1.2): tensors the base holds with the same
+    the file a delta file (format 1.3): tensors the base holds with the same
     name, dtype and shape are coded against it (see
     :mod:`lazystore._native.delta_writer`).
     """
@@ -96,7 +96,10 @@ class Writer(CloseOrAbort):
         self._dims: list[int] = []
         self._chunk_lengths: list[int] = []
         self._chunk_checksums: list[int] = []
-        # The file tensors may be coded against (format 1.2), opened before
+        # Per chunk, the xxh3 of the base chunk it was coded against (0 for a
+        # chunk that is no delta): written only in a file with delta tensors.
+        self._base_checksums: list[int] = []
+        # The file tensors may be coded against (format 1.3), opened before
         # the target so that a bad base leaves nothing behind.
         self._base = DeltaBase(base, path, compression_level) if base is not None else None
         # A sink dropped unfinished (with this writer) discards what it holds.
@@ -174,6 +177,7 @@ class Writer(CloseOrAbort):
         data_offset = self._pos
         lengths: list[int] = []
         checksums: list[int] = []
+        base_checksums: list[int] = []
         try:
             for window in batch_by_bytes(rechunk(pieces, sizes), WINDOW_BYTES, len):
                 stored = window
@@ -184,7 +188,8 @@ class Writer(CloseOrAbort):
                     if coded is None:
                         delta = None
                     else:
-                        stored = coded
+                        stored, sums = coded
+                        base_checksums += sums
                 if delta is None and codec is not RAW:
                     encoded = run_all(partial(_encode, codec, planes, spec.is_float), window)
                     # Raw or compressed is decided on the first window (the
@@ -204,10 +209,11 @@ class Writer(CloseOrAbort):
             raise
         self._chunk_checksums.extend(checksums)
         self._chunk_lengths.extend(lengths)
+        self._base_checksums.extend(base_checksums if delta is not None else [0] * len(lengths))
         if delta is not None:
             codec, planes = delta.base.codec, delta.planes
 
-        self._minor = max(self._minor, spec.since, DELTA_MINOR if delta is not None else 0)
+        self._minor = max(self._minor, spec.since, CONTENT_DELTA_MINOR if delta is not None else 0)
         self._names.append(name)
         self._seen.add(name)
         self._dims.extend(shape)
@@ -229,7 +235,8 @@ class Writer(CloseOrAbort):
             index = fmt.encode_index(
                 np.array(self._entries, dtype=fmt.ENTRY_DTYPE),
                 np.array(self._dims, dtype=fmt.DIM_DTYPE),
-                _chunk_records(self._chunk_lengths, self._chunk_checksums),
+                _chunk_records(self._chunk_lengths, self._chunk_checksums, self._base_checksums,
+                               self._base is not None and self._base.used),
                 "".join(n + "\0" for n in self._names).encode("utf-8"),
                 _encode_metadata({**_check_user_metadata(self.metadata), **self.system_metadata}),
                 self._alignment,
@@ -335,8 +342,12 @@ def _encode_metadata(metadata: Mapping) -> bytes:
     return text
 
 
-def _chunk_records(lengths: list[int], checksums: list[int]) -> np.ndarray:
-    records = np.empty(len(lengths), dtype=fmt.CHUNK_DTYPE)
+def _chunk_records(lengths: list[int], checksums: list[int], base_checksums: list[int], deltas: bool) -> np.ndarray:
+    """The chunk records: with their base checksums in a file with delta
+    tensors (format 1.3), without in any other (whose bytes stay those of 1.0)."""
+    records = np.empty(len(lengths), dtype=fmt.WIDE_CHUNK_DTYPE if deltas else fmt.CHUNK_DTYPE)
     records["stored_nbytes"] = np.array(lengths, dtype=np.uint64)
     records["checksum"] = np.array(checksums, dtype=np.uint64)
+    if deltas:
+        records["base_checksum"] = np.array(base_checksums, dtype=np.uint64)
     return records

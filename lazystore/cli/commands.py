@@ -16,8 +16,8 @@ from collections.abc import Mapping
 import lazystore as ls
 from lazystore._core.batching import batch_by_bytes
 from lazystore.cli.errors import CliError, about
-from lazystore.cli.inputs import Tensors, open_input
-from lazystore.cli.outputs import open_output
+from lazystore.cli.inputs import Tensors, dcp_folder, open_input
+from lazystore.cli.outputs import open_output, output_format
 from lazystore.cli.progress import progress
 from lazystore.cli.text import (
     codec_name,
@@ -180,6 +180,8 @@ def _stored_size(path) -> str:
 
 def cmd_convert(args) -> int:
     _check_level(args)
+    if dcp_folder(args.src):
+        return _consolidate(args)
     with open_input(args.src, verify=True, stream=True) as ck:
         with about(args.src):
             metadata, system_metadata = carried_metadata(ck)
@@ -189,6 +191,25 @@ def cmd_convert(args) -> int:
             _copy({n: (args.src, ck) for n in ck}, out, args.compression, "convert")
         count, nbytes = len(ck), ck.nbytes
     print(f"{args.dst}: {plural(count, 'tensor')}, {human_size(nbytes)} -> {_stored_size(args.dst)}")
+    return 0
+
+
+def _consolidate(args) -> int:
+    """convert of a DCP checkpoint folder: :func:`lazystore.dcp.consolidate`,
+    into one lazystore file."""
+    if args.max_shard_size is not None or output_format(args.dst) != "lazystore":
+        raise CliError(f"{args.dst}: a DCP checkpoint is consolidated into one lazystore file (.lzy); "
+                       "--max-shard-size and other output formats are not supported for DCP input")
+    from lazystore import dcp  # imports torch: only for DCP input
+
+    with about(args.src):
+        done = dcp.consolidate(args.src, args.dst, compression=None if args.compression == "none" else
+                               args.compression, compression_level=args.level)
+    for fqn, why in done.skipped.items():
+        print(f"skipped non-tensor item {one_value(fqn)}: {one_value(why)}")
+    kept = f", {plural(len(done.items), 'non-tensor item')} in its metadata" if done.items else ""
+    print(f"{args.dst}: {plural(done.tensors, 'tensor')}{kept}, {human_size(done.nbytes)} -> "
+          f"{_stored_size(args.dst)}")
     return 0
 
 

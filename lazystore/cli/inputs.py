@@ -41,6 +41,20 @@ def open_input(path, *, verify: bool = False, stream: bool = False) -> ls.Checkp
         return ls.open(path, verify=verify, mmap=not stream)
 
 
+# The metadata files that mark a DCP checkpoint folder: lazystore.dcp's
+# LazyStoreWriter's and torch's FileSystemWriter's (named here so that the
+# command does not import torch, as lazystore.dcp does, for other input).
+DCP_METADATA_FILES = ("metadata.lzy", ".metadata")
+
+
+def dcp_folder(path) -> bool:
+    """Is ``path`` a local folder holding a DCP checkpoint (lazystore's or torch's)?"""
+    try:
+        return os.path.isdir(path) and any(os.path.isfile(os.path.join(path, f)) for f in DCP_METADATA_FILES)
+    except (TypeError, ValueError):
+        return False
+
+
 # A checkpoint is read out of order (its index is at the end, tensors are
 # read by offset), so it must be a file that can be read anywhere: a pipe
 # can only be read once, front to back.

@@ -100,8 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("convert", help="convert a checkpoint (re-encode with or without compression)",
                        description="Copy SRC to DST one tensor at a time, keeping metadata and any "
                                    "nested training state. SRC may be lazystore, safetensors, a sharded "
-                                   "folder, a torch zip (.pt/.pth/.bin, loaded with weights_only=True) or "
-                                   ".npz. The output format follows DST: .safetensors, a folder (or "
+                                   "folder, a torch zip (.pt/.pth/.bin, loaded with weights_only=True), "
+                                   ".npz, or a distributed checkpoint folder (torch.distributed.checkpoint, "
+                                   "saved by lazystore's or torch's writer), consolidated into one "
+                                   "lazystore file. The output format follows DST: .safetensors, a folder (or "
                                    "--max-shard-size) for lazystore shards, lazystore otherwise. "
                                    "Corrupt input stops the copy.")
     s.add_argument("src", metavar="SRC")

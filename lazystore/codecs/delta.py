@@ -1,4 +1,5 @@
-"""Codec 2 (format 1.2): a chunk stored as its difference from the base's chunk.
+"""Codecs 2 (format 1.2) and 3 (format 1.3): a chunk stored as its difference
+from the base's chunk.
 
 Successive checkpoints of a fine-tune differ in the low mantissa bits of
 their floats. Taking the difference of the bit patterns as integers (word
@@ -13,6 +14,13 @@ their standalone codec-1 size): XOR of the bits 0.377, integer difference
 A chunk whose bytes equal the base's is stored as nothing at all (zero
 stored bytes): unchanged tensors, a frozen base among them, cost only their
 chunk records. docs/format.md §9.3 is the normative description.
+
+The two codecs store the same bytes; they differ in how the base is
+identified. Codec 2 trusts a base whose index is the one recorded, so
+rewriting a base (recompressed, or made a delta against a newer file)
+orphans it. Codec 3 records, per chunk, the checksum of the base chunk's
+decoded bytes, and is checked against that: a base re-encoded with the same
+content stays its base.
 """
 
 from __future__ import annotations
@@ -101,3 +109,16 @@ class DeltaPlanes(Codec):
 
     def decode_into(self, stored, out, planes):
         raise TypeError("a delta chunk is decoded onto its base's bytes: use add_into")
+
+
+@dataclass(frozen=True)
+class ContentDeltaPlanes(DeltaPlanes):
+    """Codec 3 (format 1.3): codec 2's stored bytes, against a base identified
+    by the content of its chunks (each chunk record holds the xxh3 of the
+    base chunk's decoded bytes) rather than by its index checksum."""
+
+    id = 3
+
+
+# Every codec whose chunks are differences from a base file's.
+DELTA_CODEC_IDS = frozenset({DeltaPlanes.id, ContentDeltaPlanes.id})

@@ -27,8 +27,14 @@ as they are. On load, DCP's planner would ``torch.load(weights_only=False)``
 them, so ``LazyStoreReader`` hands them over only with ``allow_pickle=True``,
 and never for an item the caller's state dict holds as a tensor
 (docs/distributed.md, "Non-tensor items and pickle").
+
+:func:`consolidate` writes a whole DCP checkpoint, lazystore's or torch's
+``FileSystemWriter``'s, as one lazystore file for inference, a band of rows
+at a time (``lazystore convert DCP_FOLDER out.lzy``).
 """
 
+from lazystore.dcp.consolidate import Consolidated, consolidate
 from lazystore.dcp.storage import METADATA_FILE, LazyStorageInfo, LazyStoreReader, LazyStoreWriter, rank_file
 
-__all__ = ["METADATA_FILE", "LazyStorageInfo", "LazyStoreReader", "LazyStoreWriter", "rank_file"]
+__all__ = ["METADATA_FILE", "Consolidated", "LazyStorageInfo", "LazyStoreReader", "LazyStoreWriter", "consolidate",
+           "rank_file"]

@@ -48,6 +48,27 @@ def rank_file(rank: int) -> str:
     return f"rank-{rank:05d}.lzy"
 
 
+def check_rank_file(ck, path, rel: str, save_id: str | None) -> None:
+    """Refuse a file that is not the rank file ``rel`` of the save ``save_id``
+    (one left by another save, or copied in from one)."""
+    tag = ck.system_metadata.get(DCP_KEY)
+    if not isinstance(tag, dict) or tag.get("file") != rel:
+        raise FormatError(f"{path} is not a rank file of a lazystore DCP checkpoint")
+    if isinstance(save_id, str) and tag.get("save_id") != save_id:
+        raise FormatError(f"{path} belongs to another save ({tag.get('save_id')!r}, "
+                          f"the metadata names {save_id!r}): the checkpoint is mixed")
+
+
+def _torch_checkpoint_hint(path) -> str:
+    """What to do instead when ``path`` holds torch's own DCP checkpoint."""
+    local = local_path(path)
+    if local is None or not os.path.isfile(os.path.join(local, ".metadata")):
+        return ""
+    return ("; it holds a checkpoint of torch's FileSystemWriter (.metadata): load it with torch's reader "
+            "(dcp.load(state_dict, checkpoint_id=path)), or make one lazystore file of it with "
+            "lazystore.dcp.consolidate(path, 'model.lzy')")
+
+
 def _metadata_file(rank: int | None) -> str:
     # use_collectives=False: each rank records its own metadata.
     return METADATA_FILE if rank is None else f"metadata-rank-{rank:05d}.lzy"
@@ -278,7 +299,8 @@ class LazyStoreReader(StorageReader):
         try:
             ck = ls_open(path, storage_options=self.storage_options or None)
         except FileNotFoundError:
-            raise CheckpointNotFoundError(f"no lazystore DCP checkpoint at {self.path} ({path} is missing)") from None
+            raise CheckpointNotFoundError(f"no lazystore DCP checkpoint at {self.path} ({path} is missing)"
+                                          f"{_torch_checkpoint_hint(self.path)}") from None
         with ck:
             doc = ck.system_metadata.get(DCP_KEY)
         if doc is None:
@@ -312,7 +334,7 @@ class LazyStoreReader(StorageReader):
         for rel, reqs in per_file.items():
             path = _join(self.path, rel)
             with ls_open(path, verify=self.verify, storage_options=self.storage_options or None) as ck:
-                self._check_rank_file(ck, path, rel)
+                check_rank_file(ck, path, rel, self.save_id)
                 for req, key in reqs:
                     self._read_one(ck, req, key, planner, path)
         fut: Future = Future()
@@ -354,14 +376,6 @@ class LazyStoreReader(StorageReader):
                 "make run any code. Load them only from a checkpoint you trust, with "
                 "LazyStoreReader(path, allow_pickle=True), or leave those keys out of the state dict "
                 "you load")
-
-    def _check_rank_file(self, ck, path, rel: str) -> None:
-        tag = ck.system_metadata.get(DCP_KEY)
-        if not isinstance(tag, dict) or tag.get("file") != rel:
-            raise FormatError(f"{path} is not a rank file of a lazystore DCP checkpoint")
-        if isinstance(self.save_id, str) and tag.get("save_id") != self.save_id:
-            raise FormatError(f"{path} belongs to another save ({tag.get('save_id')!r}, "
-                              f"the metadata names {self.save_id!r}): the checkpoint is mixed")
 
     def _read_one(self, ck, req, key: str, planner: LoadPlanner, path) -> None:
         """Serve one read item; bytes items have passed :meth:`_check_bytes_items`."""

@@ -18,8 +18,6 @@ diffs them like any checkpoint.
 
 from __future__ import annotations
 
-import re
-import textwrap
 import threading
 import zipfile
 from collections.abc import Sequence
@@ -29,6 +27,7 @@ import numpy as np
 
 from lazystore._core import frameworks
 from lazystore._core import torch_arrays as torch_adapter
+from lazystore._core.torch_refusals import refusal_reason
 from lazystore.errors import FormatError
 from lazystore.interop import npz, safetensors
 from lazystore.training import tree
@@ -82,7 +81,7 @@ def load_torch(path, *, map_location="cpu", safe_globals: Sequence[type] = ()):
         with _allowing(torch, safe_globals):
             return torch.load(path, weights_only=True, mmap=True, map_location=map_location)
     except Exception as exc:  # noqa: BLE001 - anything torch refuses is bad input
-        raise FormatError(f"{path}: torch.load(weights_only=True) refused it: {_torch_reason(exc)}") from None
+        raise FormatError(f"{path}: torch.load(weights_only=True) refused it: {refusal_reason(exc)}") from None
 
 
 # torch keeps one process-wide allowlist; loads that extend it take turns.
@@ -103,25 +102,6 @@ def _allowing(torch, classes: Sequence[type]):
         allowed = torch.serialization.get_safe_globals()
         with torch.serialization.safe_globals([c for c in classes if c not in allowed]):
             yield
-
-
-# ANSI escape sequences (CSI ... final byte, OSC ... BEL/ST): torch bolds part
-# of its refusal, and the codes would reach a log or a terminal verbatim.
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b")
-# torch's refusal starts with advice for torch.load's callers (re-run with
-# weights_only=False...), which a reader of an untrusted file must not take;
-# what was refused follows this marker.
-_UNPICKLER = "WeightsUnpickler error:"
-
-
-def _torch_reason(exc: Exception, limit: int = 300) -> str:
-    """Why torch refused a file, in one plain line: the unpickler's own
-    reason when torch gives one, without escape codes, cut at a word."""
-    text = _ANSI.sub("", str(exc))
-    if _UNPICKLER in text:
-        text = text.split(_UNPICKLER, 1)[1]
-        text = text.split(". ", 1)[0].rstrip(".")  # the reason, not the allowlisting advice after it
-    return textwrap.shorten(" ".join(text.split()), limit, placeholder=" ...") or type(exc).__name__
 
 
 def _info(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> TensorInfo:

@@ -40,7 +40,7 @@ COPY_BLOCK_BYTES = 16 << 20
 STORAGE_KEYS = frozenset({BASE_KEY})
 
 # What a tensor whose own codec means nothing outside its file is written
-# with when no compression is asked for: a delta tensor (codec 2) is only a
+# with when no compression is asked for: a delta tensor (codec 2 or 3) is only a
 # difference from its base, and zstd keeps the copy about as compact (the
 # writer still stores it raw when zstd would save less than 1%).
 STANDALONE_CODECS = {"delta": "zstd"}

@@ -2,7 +2,7 @@
 and which base a new checkpoint gets.
 
 With ``delta=True`` every checkpoint is either a **keyframe** (an ordinary
-file) or a delta file (format 1.2) coded against another checkpoint, its
+file) or a delta file (format 1.3) coded against another checkpoint, its
 base. The bases form a tree under each keyframe, at most ``delta_depth``
 deltas deep, so restoring any checkpoint reads at most ``delta_depth + 1``
 files:

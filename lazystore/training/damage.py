@@ -22,13 +22,13 @@ What the manager then does (docs/training.md, "Damaged checkpoints"):
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
 from pathlib import Path
 
 from lazystore import api
+from lazystore._core.naming import naming
 from lazystore.errors import LazyStoreError
 
 log = logging.getLogger("lazystore")
@@ -52,20 +52,6 @@ def describe(path: Path, exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     name = os.fspath(path)
     return f"{type(exc).__name__}: {text}" if name in text else f"{name}: {type(exc).__name__}: {text}"
-
-
-@contextlib.contextmanager
-def naming(path: Path):
-    """Make a lazystore error raised in the block name ``path`` (some name
-    only what failed inside the file: "checksum mismatch in index"). The
-    error keeps its type; only its message gains the file's name."""
-    try:
-        yield
-    except LazyStoreError as exc:
-        name = os.fspath(path)
-        if exc.args and isinstance(exc.args[0], str) and name not in exc.args[0]:
-            exc.args = (f"{name}: {exc.args[0]}", *exc.args[1:])
-        raise
 
 
 def identity(path: Path) -> tuple | None:

@@ -75,7 +75,7 @@ class CheckpointManager:
     A checkpoint kept by either rule stays. With neither, nothing is deleted.
 
     ``delta=True`` stores checkpoints as keyframes and delta files (format
-    1.2) against an earlier checkpoint: unchanged tensors cost nothing, and
+    1.3) against an earlier checkpoint: unchanged tensors cost nothing, and
     changed ones their lossless difference when that is at least 10%
     smaller. The bases form a tree under each keyframe at most
     ``delta_depth`` deltas deep (2: deltas against the keyframe, and deltas

@@ -1,11 +1,15 @@
 """Retention in a delta series: never delete a base that a kept checkpoint needs.
 
-A delta file names its base by file name and index checksum, so a base
-that goes, and also a base that is rewritten (its index changes), leaves
-what was coded against it unreadable. Before checkpoints go (retention) or
-are replaced (a step saved again), every kept checkpoint whose chain of
-bases passes through one of them is rewritten, atomically (temporary file,
-fsync, rename):
+A delta file names its base by file name, so a base that goes leaves what
+was coded against it unreadable; so does a base replaced by other content
+(a step saved again), and, for a format 1.2 delta (identified with its
+base by the base's index checksum), any rewrite of its base. (A 1.3 delta,
+as lazystore writes them, is identified with its base by content: a base
+rewritten with the same content keeps it valid, which a series that
+rewrites its older checkpoints relies on.) Before checkpoints go
+(retention) or are replaced (a step saved again), every kept checkpoint
+whose chain of bases passes through one of them is rewritten, atomically
+(temporary file, fsync, rename):
 
 * against its nearest kept base that is not itself rewritten (so the tree
   only gets shallower: a restore never reads more files than before);

@@ -24,12 +24,22 @@ the chain below them.
 - **Checked.** Every byte decoded from a base is checked against its
   checksum, raw ones too, whatever the base file's own ``verify`` says.
 
+- **Identified.** A codec-2 tensor (format 1.2) is decoded only against
+  the very base file it was coded against: the base's index checksum is
+  the one the delta recorded. A codec-3 tensor (format 1.3) only against
+  the same *content*: before a chunk's difference is added onto the base's
+  decoded chunk, those bytes must hash to the checksum the chunk recorded.
+  So a base rewritten with the same content (recompressed, or made a delta
+  against another file, as retention does) keeps its dependents valid,
+  and checking costs a hash of each base chunk decoded, nothing on open.
+
 Whatever goes wrong with a base -- missing, no regular file, not a
-lazystore file, replaced or rewritten since the delta was written (its index
-checksum differs from the one the delta recorded), a tensor that does not
-match -- is a :class:`~lazystore.errors.BaseCheckpointError` naming the
-base; a damaged chunk in it a ChecksumError naming it: never data decoded
-against the wrong bytes.
+lazystore file, replaced or rewritten since the delta was written (for
+codec 2 its index checksum differs from the one recorded, for codec 3 the
+content of a chunk), a tensor that does not match -- is a
+:class:`~lazystore.errors.BaseCheckpointError` naming the base; a damaged
+chunk in it a ChecksumError naming it: never data decoded against the
+wrong bytes.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ import threading
 from lazystore._native.base_ref import MAX_CHAIN, BaseRef, peek_base_ref
 from lazystore._native.entry_rules import DELTA_CODEC
 from lazystore._native.index import Entry
+from lazystore.codecs import DELTA_CODEC_IDS
 from lazystore.errors import BaseCheckpointError, ChecksumError, FormatError, TensorNotFoundError
 from lazystore.sources import is_url
 
@@ -75,7 +86,15 @@ class Link:
 
     def entry_for(self, entry: Entry) -> Entry:
         """The base's tensor that ``entry`` is a delta of: same name, dtype,
-        shape and chunk grid (rule B2). Its size is then the delta's."""
+        shape and chunk grid (rule B2). Its size is then the delta's. A
+        codec-2 delta's base must also be the very file it was coded
+        against (rule B3); a codec-3 delta's content is checked chunk by
+        chunk as it is decoded (rule B5)."""
+        if entry.codec == DELTA_CODEC:
+            identity = self.view._file.index.identity
+            if identity != (self.ref.index_checksum, self.ref.index_length):
+                raise self.error("is not the file it was coded against: it was replaced or rewritten since "
+                                 f"(index xxh3 {identity[0]:016x}, expected {self.ref.index_checksum:016x})")
         try:
             found = self.view._entry(entry.name)
         except TensorNotFoundError:
@@ -169,11 +188,6 @@ class Chain:
             raise link.error("is missing") from None
         except (FormatError, OSError) as exc:
             raise link.error(f"cannot be read: {exc}") from None
-        identity = view._file.index.identity
-        if identity != (link.ref.index_checksum, link.ref.index_length):
-            view.close()
-            raise link.error("is not the file it was coded against: it was replaced or rewritten since "
-                             f"(index xxh3 {identity[0]:016x}, expected {link.ref.index_checksum:016x})")
         return view
 
     def close(self) -> None:
@@ -219,7 +233,7 @@ class Bases:
                 link = self.chain.links[k]
                 wanted = link.entry_for(wanted)
                 plan.append((view._file, wanted))
-                if wanted.codec != DELTA_CODEC:
+                if wanted.codec not in DELTA_CODEC_IDS:
                     break
                 k += 1  # a delta tensor's file names its base (rule B1): the chain goes on
             self._plans[entry.name] = plan
@@ -251,9 +265,16 @@ class Bases:
             level = [(name, link.entry_for(e)) for name, e in todo]
             ok = view._file.reader.stored_ok_many([e for _, e in level])
             bad.update(name for (name, _), good in zip(level, ok) if not good)
-            todo = [(name, e) for (name, e), good in zip(level, ok) if good and e.codec == DELTA_CODEC]
+            todo = [(name, e) for (name, e), good in zip(level, ok) if good and e.codec in DELTA_CODEC_IDS]
             k += 1
         return bad
+
+    def changed(self, what: str, expected: int, actual: int) -> BaseCheckpointError:
+        """The error for a codec-3 chunk whose base's decoded bytes are not
+        the content it was coded against (rule B5), naming the base."""
+        return self.chain.links[self.start].error(
+            f"is not the content it was coded against: it was replaced or rewritten since ({what} was coded "
+            f"against base bytes of xxh3 {expected:016x}, the base's decode to {actual:016x})")
 
     def close(self) -> None:
         self._plans = {}  # they hold the bases' files, and so their mappings

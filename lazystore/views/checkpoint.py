@@ -22,7 +22,7 @@ from lazystore._core.parallel import run_all
 from lazystore._core.slicing import rebase
 from lazystore._native.index import Entry, Index
 from lazystore._native.locate import read_index
-from lazystore.codecs import CODECS_BY_ID, RAW, DeltaPlanes
+from lazystore.codecs import CODECS_BY_ID, DELTA_CODEC_IDS, RAW, ContentDeltaPlanes
 from lazystore.errors import VerificationUnavailableError
 from lazystore.sources import ByteSource, LocalFile, open_beside
 from lazystore.views.base import TensorInfo, TensorSlice, ViewBase
@@ -30,7 +30,7 @@ from lazystore.views.base_chain import Bases, Chain, Link
 from lazystore.views.chunk_reader import ChunkReader
 
 __all__ = ["CheckpointView", "TensorSlice"]
-DELTA_CODEC = DeltaPlanes.id
+CONTENT_DELTA = ContentDeltaPlanes.id
 
 RAW_ID = RAW.id
 
@@ -139,7 +139,7 @@ class CheckpointView(ViewBase):
 
     @property
     def base(self) -> str | None:
-        """Where the base of a delta file (format 1.2) is: the file its
+        """Where the base of a delta file (format 1.2 or 1.3) is: the file its
         delta tensors were coded against, beside it. None for other files."""
         bases = self._file.base
         return None if bases is None else bases.path
@@ -184,7 +184,9 @@ class CheckpointView(ViewBase):
         chunk is also decoded (into scratch memory, a chunk at a time), so
         bytes that match their checksum yet do not decode are named too. A
         delta tensor's chunks are decoded on their own, and its base's
-        tensor is verified in the base file, down the chain.
+        tensor is verified in the base file, down the chain; a codec-3
+        delta's base (format 1.3) is also decoded, to check it is the
+        content the delta was coded against (BaseCheckpointError if not).
 
         ``[]`` means intact. With ``keys=None`` every tensor is checked, and
         so is the preamble (a bad preamble raises FormatError). A file that
@@ -200,12 +202,16 @@ class CheckpointView(ViewBase):
         names, entries = self._named_entries(keys)
         if keys is None:
             index.check_head(file.source, file.version)
-        deltas = [e for e in entries if e.codec == DELTA_CODEC]
+        deltas = [e for e in entries if e.codec in DELTA_CODEC_IDS]
         for entry in deltas:  # decoding a chunk allocates what it claims: bound that first
             self._bound(entry)
         ok = file.reader.stored_ok_many(entries)
         failing = file.base.failing(deltas) if deltas else set()  # the chain below, to its keyframe
-        return [n for n, good in zip(names, ok) if not good or n in failing]
+        bad = {n for n, good in zip(names, ok) if not good} | failing
+        for entry in deltas:
+            if entry.codec == CONTENT_DELTA and entry.name not in bad:  # its base's bytes, all checked
+                file.reader.check_bases_content(entry)
+        return [n for n in names if n in bad]
 
     def load(self, keys=None, *, verify: bool = True) -> dict[str, np.ndarray]:
         """Writable arrays of some or all tensors, checked.
@@ -333,7 +339,7 @@ class CheckpointView(ViewBase):
         bases, down the chain, hold the same tensor (rule B2), so the size
         is that of a tensor a keyframe stores, which its file bounds (raw:
         by its bytes; compressed: by rule C3). BaseCheckpointError if not."""
-        if entry.codec == DELTA_CODEC:
+        if entry.codec in DELTA_CODEC_IDS:
             self._file.base.plan(entry)
 
 

@@ -29,7 +29,7 @@ from lazystore._core.chunking import SlicePlan
 from lazystore._core.parallel import run_all
 from lazystore._core.scratch import scratch
 from lazystore._native.index import Entry, Index
-from lazystore.codecs import CODECS_BY_ID, RAW
+from lazystore.codecs import CODECS_BY_ID, DELTA_CODEC_IDS, RAW, ContentDeltaPlanes
 from lazystore.codecs.delta import word_size
 from lazystore.errors import ChecksumError, FormatError
 from lazystore.sources import ByteSource
@@ -45,7 +45,8 @@ FETCH_BATCH_BYTES = 64 << 20
 # get_slice of a tensor that cannot be viewed in place decodes about this
 # many bytes of chunks at a time.
 PART_BATCH_BYTES = 16 << 20
-DELTA = CODECS_BY_ID[2]
+DELTA = CODECS_BY_ID[2]  # codec 3 decodes as codec 2: they differ in how the base is identified
+CONTENT_DELTA = ContentDeltaPlanes.id
 # verify() of a mapped file checks tensors in pool tasks of about this many
 # stored bytes (one task each for tensors at least this large); a verified
 # load's checks of raw chunks are tasks of about this many bytes too.
@@ -242,15 +243,40 @@ class ChunkReader:
 
     def _decode_chunk(self, entry: Entry, c: int, decoded_at: int, out, blob) -> None:
         """Decode chunk ``c`` (already checked) into place in ``out``."""
-        if entry.codec == DELTA.id:
+        if entry.codec in DELTA_CODEC_IDS:
             # The base's bytes first (a BaseCheckpointError names the base), then the difference.
             self.base.fill(entry, [c], out[decoded_at : decoded_at + entry.decoded[c]], {c: 0})
         self._apply(entry, c, decoded_at, out, blob)
 
     def _apply(self, entry: Entry, c: int, decoded_at: int, out, blob) -> None:
         """Decode chunk ``c`` (checked) into place in ``out``; a delta chunk
-        onto the base's bytes already there."""
-        self._decode_onto(entry, c, out[decoded_at : decoded_at + entry.decoded[c]], blob)
+        onto the base's bytes already there, a codec-3 one once they are
+        found to be the content it was coded against."""
+        target = out[decoded_at : decoded_at + entry.decoded[c]]
+        if entry.codec == CONTENT_DELTA:
+            self.check_base_content(entry, c, target)
+        self._decode_onto(entry, c, target, blob)
+
+    def check_base_content(self, entry: Entry, c: int, base_bytes) -> None:
+        """BaseCheckpointError naming the base unless ``base_bytes``, the
+        base's decoded chunk ``c`` of codec-3 ``entry``, hash to what the
+        chunk was coded against (format 1.3): the base is identified by its
+        content, so one rewritten with the same content stays valid."""
+        expected = int(self.index.base_checksums[entry.first_chunk + c])
+        actual = digest(base_bytes)
+        if actual != expected:
+            raise self.base.changed(f"tensor {entry.name!r} chunk {c}", expected, actual)
+
+    def check_bases_content(self, entry: Entry) -> None:
+        """:meth:`check_base_content` of every chunk of codec-3 ``entry``
+        (for verify): the base's chunks decoded a batch of about
+        ``PART_BATCH_BYTES`` at a time, through its chain."""
+        for ids in batch_by_bytes(range(entry.chunk_count), PART_BATCH_BYTES, lambda c: entry.decoded[c]):
+            places = dict(zip(ids, accumulate((entry.decoded[c] for c in ids[:-1]), initial=0)))
+            buf = np.empty(places[ids[-1]] + entry.decoded[ids[-1]], np.uint8)
+            self.base.fill(entry, ids, buf, places)
+            for c in ids:
+                self.check_base_content(entry, c, buf[places[c] : places[c] + entry.decoded[c]])
 
     def _decodes(self, entry: Entry, c: int, blob) -> None:
         """Decode checked compressed chunk ``c`` into this thread's scratch
@@ -264,7 +290,7 @@ class ChunkReader:
         """Decode checked chunk ``c`` into ``target``, which holds the base's
         decoded bytes of the chunk when it is a delta."""
         try:
-            if entry.codec == DELTA.id:
+            if entry.codec in DELTA_CODEC_IDS:
                 DELTA.add_into(blob, target, entry.planes, word_size(entry.dtype))
             else:
                 CODECS_BY_ID[entry.codec].decode_into(blob, target, entry.planes)

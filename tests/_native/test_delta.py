@@ -1,4 +1,4 @@
-"""Delta files (format 1.2): ``ls.save(obj, path, base=earlier)`` and reading them back."""
+"""Delta files (format 1.3; 1.2 still read): ``ls.save(obj, path, base=earlier)`` and reading them back."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import lazystore as ls
 from lazystore._native import layout as fmt
 from lazystore.codecs import CODECS_BY_ID
 from tests.cli.helpers import run
+from tests.paths import DATA
 
 rng = np.random.default_rng(7)
 
@@ -66,7 +67,7 @@ def test_versions_and_what_each_tensor_is_stored_as(chain):
     with ls.open(paths[0]) as ck:
         assert ck.format_version == (1, 0) and ck.base is None
     with ls.open(paths[2]) as ck:
-        assert ck.format_version == (1, 2)
+        assert ck.format_version == (1, 3)
         assert ck.base == os.fspath(paths[1])
         assert ck.system_metadata["__lazystore_base__"]["file"] == "b.lzy"
         info = {n: ck.info(n) for n in ck}
@@ -148,11 +149,57 @@ def test_a_missing_base_is_an_error_naming_it(chain):
 
 def test_a_replaced_base_is_refused_never_misread(chain):
     paths, states = chain
-    # The same tensors, a different file: a base rewritten (say, by another run) under the same name.
-    ls.save(states[1], paths[1], compression="zstd")
-    for read in (lambda: ls.load(paths[2]), lambda: ls.open(paths[2])["w"], lambda: ls.open(paths[2]).verify()):
-        with pytest.raises(ls.BaseCheckpointError, match=r"b\.lzy .*replaced or rewritten"):
+    # Other tensors under the same names: a base replaced (say, by another run) under the same name.
+    ls.save({**states[1], "w": _nudged(states[1]["w"], seed=9)}, paths[1], compression="zstd")
+    for read in (lambda: ls.load(paths[2]), lambda: ls.open(paths[2])["w"], lambda: ls.open(paths[2]).verify(),
+                 lambda: ls.open(paths[2]).get_slice("w")[7]):
+        with pytest.raises(ls.BaseCheckpointError, match=r"b\.lzy .*not the content it was coded against"):
             read()
+    with ls.open(paths[2]) as ck:  # what still has the content it was coded against reads
+        _same_bytes({"frozen": ck["frozen"]}, {"frozen": states[2]["frozen"]})
+
+
+def _reencoded(paths, states, how):
+    """Write checkpoint b again with the same content, encoded another way."""
+    if how == "raw":
+        ls.save(states[1], paths[1])
+    elif how == "zstd-level":
+        ls.save(states[1], paths[1], compression="zstd", compression_level=19)
+    elif how == "delta-against-another":
+        # As a reverse series does: b becomes a delta against a newer file.
+        newer = paths[0].with_name("n.lzy")
+        ls.save({**states[1], "w": _nudged(states[1]["w"], seed=5)}, newer, compression="zstd")
+        ls.save(states[1], paths[1], compression="zstd", base=newer)
+        with ls.open(paths[1]) as ck:
+            assert ck.base == os.fspath(newer) and ck.info("w").compression == "delta"
+    else:  # a keyframe of its own, the old one gone
+        ls.save(states[1], paths[1], compression="zstd")
+        paths[0].unlink()
+
+
+@pytest.mark.parametrize("how", ["raw", "zstd-level", "delta-against-another", "keyframe"])
+def test_a_base_rewritten_with_the_same_content_keeps_its_dependents_valid(chain, how):
+    paths, states = chain
+    with ls.open(paths[1]) as ck:
+        old_identity = ck._file.index.identity
+    _reencoded(paths, states, how)
+    with ls.open(paths[1]) as ck:
+        assert ck._file.index.identity != old_identity  # the base's index (and bytes) changed
+    _same_bytes(ls.load(paths[2]), states[2])
+    with ls.open(paths[2]) as ck:
+        assert ck.verify() == []
+        _same_bytes({k: ck[k] for k in ck}, states[2])
+        assert ck.get_slice("w")[5:9, 100:140].tobytes() == states[2]["w"][5:9, 100:140].tobytes()
+
+
+def test_a_delta_is_refused_against_a_base_that_is_coded_against_it(chain):
+    # b is a delta of a; writing a again as a delta of b would make a cycle
+    # (a decoded through b, decoded through a): refused before writing.
+    paths, states = chain
+    before = paths[0].read_bytes()
+    with pytest.raises(ls.InvalidInputError, match=r"a\.lzy \(directly or down its chain\)"):
+        ls.save(states[0], paths[0], compression="zstd", base=paths[2])
+    assert paths[0].read_bytes() == before
 
 
 def test_a_base_two_links_down_the_chain_is_named(chain):
@@ -237,20 +284,37 @@ def _rewrite_index(src, dst, edit, minor=None):
     off, length = _index_of(data)
     index = bytearray(data[off : off + length])
     edit(index)
-    data[off : off + length] = index
-    struct.pack_into("<Q", data, len(data) - 24, digest(bytes(index)))
+    data[off:-40] = index  # the trailer follows the index: its length and checksum are fixed here
+    struct.pack_into("<QQ", data, len(data) - 32, len(index), digest(bytes(index)))
     if minor is not None:
         struct.pack_into("<H", data, 10, minor)
         struct.pack_into("<H", data, len(data) - 14, minor)
     open(dst, "wb").write(bytes(data))
 
 
-def test_a_delta_tensor_in_a_file_older_than_1_2_is_corrupt(chain, tmp_path):
+@pytest.mark.parametrize("minor, message", [(1, "delta codec in a format 1.1"), (2, "codec 3 in a format 1.2")])
+def test_a_delta_tensor_in_a_file_older_than_its_codec_is_corrupt(chain, tmp_path, minor, message):
     paths, _ = chain
-    _rewrite_index(paths[2], tmp_path / "old.lzy", lambda ix: None, minor=1)
-    with ls.open(tmp_path / "old.lzy") as ck, pytest.raises(ls.FormatError, match="codec 2 in a format 1.1") as exc:
+    _rewrite_index(paths[2], tmp_path / "old.lzy", lambda ix: None, minor=minor)
+    with ls.open(tmp_path / "old.lzy") as ck, pytest.raises(ls.FormatError, match=message) as exc:
         ck["w"]
     assert not isinstance(exc.value, ls.UnsupportedVersionError)
+
+
+def test_codec_3_needs_the_base_checksums_in_its_chunk_records(chain, tmp_path):
+    paths, _ = chain
+
+    def narrow(ix):  # 24-byte chunk records cut to the 16 bytes of format 1.0
+        esize, csize, tensors, ndims, nchunks = struct.unpack_from("<IIQQQ", ix)
+        assert csize == 24
+        at = 64 + tensors * esize + ndims * 8
+        records = bytes(ix[at : at + nchunks * csize])
+        ix[at : at + nchunks * csize] = b"".join(records[j : j + 16] for j in range(0, len(records), 24))
+        struct.pack_into("<I", ix, 4, 16)
+
+    _rewrite_index(paths[2], tmp_path / "c.lzy", narrow)
+    with ls.open(tmp_path / "c.lzy") as ck, pytest.raises(ls.FormatError, match="without base checksums"):
+        ck["w"]
 
 
 def test_delta_tensors_without_a_base_member_are_refused(chain, tmp_path):
@@ -292,12 +356,22 @@ def test_a_base_name_that_leaves_the_folder_is_corrupt(chain, tmp_path, bad):
         ls.open(tmp_path / "c.lzy")
 
 
-def test_a_1_1_reader_refuses_a_1_2_file_as_a_newer_version(chain, monkeypatch):
+def test_a_1_2_reader_refuses_a_1_3_file_as_a_newer_version(chain, monkeypatch):
     paths, _ = chain
+    # Play lazystore as it was before format 1.3: it knew codecs 0, 1 and 2 only.
+    monkeypatch.setattr(fmt, "FORMAT_MINOR", 2)
+    monkeypatch.delitem(CODECS_BY_ID, 3)
+    with ls.open(paths[2]) as ck, pytest.raises(ls.UnsupportedVersionError, match=r"codec 3.*format 1\.3.*upgrade"):
+        ck["w"]
+
+
+def test_a_1_1_reader_refuses_a_1_2_file_as_a_newer_version(monkeypatch):
     # Play lazystore as it was before format 1.2: it knew codecs 0 and 1 only.
     monkeypatch.setattr(fmt, "FORMAT_MINOR", 1)
     monkeypatch.delitem(CODECS_BY_ID, 2)
-    with ls.open(paths[2]) as ck, pytest.raises(ls.UnsupportedVersionError, match=r"codec 2.*format 1\.2.*upgrade"):
+    monkeypatch.delitem(CODECS_BY_ID, 3)
+    with ls.open(DATA / "golden_v1_2.lzy") as ck, \
+            pytest.raises(ls.UnsupportedVersionError, match=r"codec 2.*format 1\.2.*upgrade"):
         ck["w"]
 
 

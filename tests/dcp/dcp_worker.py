@@ -5,6 +5,8 @@ python tests/dcp/dcp_worker.py RANK PORT OUT_DIR
 Saves the same DTensor state dict three ways (raw, zstd, dcp.async_save), loads
 each back on the same 2 ranks (and the raw one resharded to other placements),
 checks every value bit-exactly, and writes OUT_DIR/ok-RANK when all is well.
+It also saves the state dict with torch's own FileSystemWriter (OUT_DIR/torch),
+for tests/dcp/test_consolidate.py to consolidate.
 """
 
 import os
@@ -60,6 +62,7 @@ def main(rank: int, port: int, out: str) -> None:
     dcp.save(sd, storage_writer=LazyStoreWriter(os.path.join(out, "zstd"), compression="zstd", chunk_bytes=1024))
     fut = dcp.async_save(sd, storage_writer=LazyStoreWriter(os.path.join(out, "async"), compression="zstd"))
     fut.result()
+    dcp.save(sd, storage_writer=dcp.FileSystemWriter(os.path.join(out, "torch")))
 
     def check(name, placements):
         target = state(placements, fill=0)

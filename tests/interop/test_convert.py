@@ -131,7 +131,7 @@ def test_cli_converts_every_way(capsys, tmp_path):
     assert code == 2 and "no lazystore checksums" in err and len(err.strip().splitlines()) == 1
 
 
-# -- delta files (format 1.2, docs/format.md §9.3) convert to standalone files ----------------------
+# -- delta files (formats 1.2, 1.3, docs/format.md §9.3) convert to standalone files -----------------
 
 
 def _delta_file(folder):
@@ -145,7 +145,7 @@ def _delta_file(folder):
     ls.save(later, folder / "d.lzy", base=folder / "base.lzy", metadata={"step": 2})
     with ls.open(folder / "d.lzy") as ck:
         assert ck.info("w").compression == "delta" and ck.info("same").compression == "delta"
-        assert ck.format_version[:2] == (1, 2)
+        assert ck.format_version[:2] == (1, 3)
     return later
 
 
@@ -171,7 +171,7 @@ def test_a_converted_delta_file_stands_alone(tmp_path, how):
     (src_dir / "base.lzy").unlink()  # the output must not need it
     dst = dst if dst.exists() else dst.with_suffix(".safetensors")
     with ls.open(dst, verify=True) as ck:
-        assert BASE_KEY not in ck.system_metadata  # §9.3: only a file with codec-2 tensors names a base
+        assert BASE_KEY not in ck.system_metadata  # §9.3: only a file with delta tensors names a base
         assert ck.metadata == {"step": 2}
         codecs = {ck.info(n).compression for n in ck}
         assert "delta" not in codecs and ck.verify() == []

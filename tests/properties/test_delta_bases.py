@@ -82,3 +82,54 @@ def test_every_flipped_byte_of_the_chain_fails_every_read(chain, tmp_path, damag
     target.write_bytes(original)
     assert ls.load(paths[-1])["w"].tobytes() == _nudged(2).tobytes()
     assert os.path.getsize(target) == len(original)
+
+
+# -- a base identified by content (format 1.3) ------------------------------------------------------
+
+REWRITES = {  # the same content, stored another way (each keeps the 4-chunk grid, rule B2)
+    "raw-aligned-16": {"chunk_bytes": 1024, "alignment": 16},  # every tensor byte moved
+    "zstd": {"chunk_bytes": 1024, "compression": "zstd"},
+}
+
+
+@pytest.mark.parametrize("rewritten", [0, 1], ids=["keyframe", "middle"])
+@pytest.mark.parametrize("how", [*REWRITES, "delta-of-another"])
+def test_a_base_rewritten_with_the_same_content_leaves_every_read_intact(chain, tmp_path, rewritten, how):
+    paths = [tmp_path / p.name for p in chain]
+    for src, dst in zip(chain, paths):
+        shutil.copyfile(src, dst)
+    content = W if rewritten == 0 else _nudged(1)
+    before = paths[rewritten].read_bytes()
+    if how == "delta-of-another":  # as a series that rewrites older checkpoints against newer ones does
+        ls.save({"w": _nudged(7)}, tmp_path / "other.lzy", chunk_bytes=1024)
+        ls.save({"w": content}, paths[rewritten], base=tmp_path / "other.lzy")
+        with ls.open(paths[rewritten]) as ck:
+            assert ck.info("w").compression == "delta" and ck.base.endswith("other.lzy")
+    else:
+        ls.save({"w": content}, paths[rewritten], **REWRITES[how])
+    assert paths[rewritten].read_bytes() != before
+    for read, mmap in _reads(paths[-1]):
+        want = _nudged(2)[:, 3] if read.__name__ == "part" else _nudged(2)
+        assert read(mmap).tobytes() == want.tobytes(), (read.__name__, mmap)
+        with ls.open(paths[-1], mmap=mmap) as ck:
+            assert ck.verify() == []
+
+
+@pytest.mark.parametrize("changed", [0, 1], ids=["keyframe", "middle"])
+def test_a_base_chunk_of_other_content_fails_the_reads_that_use_it_naming_the_base(chain, tmp_path, changed):
+    paths = [tmp_path / p.name for p in chain]
+    for src, dst in zip(chain, paths):
+        shutil.copyfile(src, dst)
+    content = (W if changed == 0 else _nudged(1)).copy()
+    content[9, 5] = -content[9, 5]  # row 9: chunk 1 of 4 (8 rows each); stored anew, checksums valid
+    ls.save({"w": content}, paths[changed], chunk_bytes=1024)
+    for read, mmap in _reads(paths[-1]):  # each reads chunk 1
+        with pytest.raises(ls.BaseCheckpointError, match=rf"{paths[changed].name} .*not the content"):
+            read(mmap)
+    for mmap in (True, False):
+        with ls.open(paths[-1], mmap=mmap) as ck:
+            with pytest.raises(ls.BaseCheckpointError, match=paths[changed].name):
+                ck.verify()
+            # The chunks whose base content is unchanged still read, and exactly.
+            assert ck.get_slice("w")[0:8].tobytes() == _nudged(2)[0:8].tobytes()
+            assert ck.get_slice("w")[16:32].tobytes() == _nudged(2)[16:32].tobytes()

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lazystore as ls
-from lazystore._native.layout import CHUNK_DTYPE, ENTRY_DTYPE, INDEX_HEADER, MAGIC, TRAILER
+from lazystore._native.layout import CHUNK_DTYPE, ENTRY_DTYPE, INDEX_HEADER, MAGIC, TRAILER, WIDE_CHUNK_DTYPE
 from tests.paths import REPO
 
 ROOT = REPO
@@ -54,7 +54,7 @@ class Parts:
     data: bytearray  # preamble, tensors, padding: every byte before the index
     entries: np.ndarray  # ENTRY_DTYPE
     dims: np.ndarray  # uint64
-    chunks: np.ndarray  # CHUNK_DTYPE
+    chunks: np.ndarray  # CHUNK_DTYPE, or WIDE_CHUNK_DTYPE in a delta file (format 1.3)
     keys: bytes
     metadata: bytes
     alignment: int
@@ -68,7 +68,8 @@ class Parts:
         index = blob[t["index_offset"] : t["index_offset"] + t["index_length"]]
         assert xxhash.xxh3_64_intdigest(index) == t["checksum"]
         h = dict(zip(HEADER_FIELDS, INDEX_HEADER.unpack_from(index, 0)))
-        assert h["entry_size"] == ENTRY_DTYPE.itemsize and h["chunk_record_size"] == CHUNK_DTYPE.itemsize
+        records = {d.itemsize: d for d in (CHUNK_DTYPE, WIDE_CHUNK_DTYPE)}
+        assert h["entry_size"] == ENTRY_DTYPE.itemsize and h["chunk_record_size"] in records
         pos = INDEX_HEADER.size
 
         def take(n: int) -> bytes:
@@ -78,7 +79,8 @@ class Parts:
 
         entries = np.frombuffer(take(h["tensor_count"] * ENTRY_DTYPE.itemsize), ENTRY_DTYPE).copy()
         dims = np.frombuffer(take(h["dims_count"] * 8), "<u8").copy()
-        chunks = np.frombuffer(take(h["chunk_count"] * CHUNK_DTYPE.itemsize), CHUNK_DTYPE).copy()
+        record = records[h["chunk_record_size"]]
+        chunks = np.frombuffer(take(h["chunk_count"] * record.itemsize), record).copy()
         keys = take(h["keys_nbytes"])
         metadata = take(h["metadata_nbytes"])
         assert pos == len(index)
@@ -86,7 +88,7 @@ class Parts:
 
     def index_bytes(self) -> bytes:
         h = dict(
-            entry_size=ENTRY_DTYPE.itemsize, chunk_record_size=CHUNK_DTYPE.itemsize,
+            entry_size=ENTRY_DTYPE.itemsize, chunk_record_size=self.chunks.dtype.itemsize,
             tensor_count=len(self.entries), dims_count=len(self.dims), chunk_count=len(self.chunks),
             keys_nbytes=len(self.keys), metadata_nbytes=len(self.metadata),
             alignment=self.alignment, reserved1=0, reserved2=0,
@@ -96,7 +98,7 @@ class Parts:
             INDEX_HEADER.pack(*(h[f] for f in HEADER_FIELDS)),
             self.entries.astype(ENTRY_DTYPE).tobytes(),
             np.asarray(self.dims, dtype="<u8").tobytes(),
-            self.chunks.astype(CHUNK_DTYPE).tobytes(),
+            self.chunks.tobytes(),
             self.keys,
             self.metadata,
         ])

@@ -458,10 +458,10 @@ def rewrite(src, dst, *, version=None, extra_entry=0, extra_record=0, index_edit
 def test_newer_minor_with_wider_records(tmp_path):
     ls.save(sample_tensors(np.random.default_rng(1)), tmp_path / "v10.lzy", compression="zstd", chunk_bytes=64)
     expected = ls.load(tmp_path / "v10.lzy")
-    path = tmp_path / "v12.lzy"  # newer than both readers (1.1)
-    rewrite(tmp_path / "v10.lzy", path, version=(1, 2), extra_entry=8, extra_record=16)
+    path = tmp_path / "v14.lzy"  # newer than both readers (1.1 and lazystore's 1.3)
+    rewrite(tmp_path / "v10.lzy", path, version=(1, 4), extra_entry=8, extra_record=16)
     with SpecFile(path) as f:
-        assert f.version == (1, 2) and f.size > (tmp_path / "v10.lzy").stat().st_size
+        assert f.version == (1, 4) and f.size > (tmp_path / "v10.lzy").stat().st_size
         f.verify()
     assert_same(spec_load(path)[0], expected)
     assert_same(ls.load(path), expected)
@@ -545,10 +545,12 @@ def test_metadata_rules(tmp_path, meta, ok):
             ls.open(path)
 
 
-def test_worked_example_matches_writer(tmp_path):
-    """The annotated bytes in docs/format.md section 16 are what lazystore writes."""
+def annotated_bytes(marker: str) -> bytes:
+    """The bytes an annotated dump in docs/format.md between
+    ``<!-- marker: begin`` and ``<!-- marker: end`` spells out: lines of an
+    offset (checked), hex bytes or ``00 × N``, then the annotation."""
     text = DOC.read_text(encoding="utf-8")
-    block = text.split("<!-- worked-example: begin")[1].split("<!-- worked-example: end")[0]
+    block = text.split(f"<!-- {marker}: begin")[1].split(f"<!-- {marker}: end")[0]
     expected, pos = bytearray(), 0
     for line in block.splitlines():
         m = re.match(r"^([0-9a-f]{4})  ((?:[0-9a-f]{2})(?: [0-9a-f]{2})*)(?: × (\d+))?(?:  |$)", line)
@@ -557,10 +559,15 @@ def test_worked_example_matches_writer(tmp_path):
             chunk = bytes.fromhex(m[2]) * int(m[3] or 1)
             expected += chunk
             pos += len(chunk)
+    return bytes(expected)
+
+
+def test_worked_example_matches_writer(tmp_path):
+    """The annotated bytes in docs/format.md section 16 are what lazystore writes."""
     path = tmp_path / "example.lzy"
     ls.save({"w": np.arange(6, dtype=np.float32).reshape(2, 3), "step": np.array(7, dtype=np.int16)},
             path, metadata={"epoch": 3}, chunk_bytes=16)
-    assert path.read_bytes() == bytes(expected)
+    assert path.read_bytes() == annotated_bytes("worked-example")
     tensors, meta = spec_load(path)
     assert meta == {"epoch": 3} and tensors["step"].shape == () and tensors["step"] == 7
     assert tensors["w"].tolist() == [[0, 1, 2], [3, 4, 5]]
@@ -603,6 +610,16 @@ def test_a_1_1_reader_refuses_a_1_2_delta_file_and_says_why():
     with pytest.raises(SpecVersionError, match=r"format 1\.2 and uses codec 2.*newer reader"):
         SpecFile(DATA / "golden_v1_2.lzy")
     with SpecFile(DATA / "golden_v1_2_base.lzy") as f:  # its base is an ordinary file
+        f.verify()
+
+
+def test_a_1_1_reader_refuses_a_1_3_delta_file_and_says_why():
+    # Codec 3 (a delta against a base identified by content) is 1.3. Its
+    # chunk records are wider (24 bytes) and its base member is the 1.2 one,
+    # so an older reader gets as far as the codec and names the version.
+    with pytest.raises(SpecVersionError, match=r"format 1\.3 and uses codec 3.*newer reader"):
+        SpecFile(DATA / "golden_v1_3.lzy")
+    with SpecFile(DATA / "golden_v1_3_base.lzy") as f:
         f.verify()
 
 
