@@ -22,7 +22,8 @@ import os
 from pathlib import Path
 
 from lazystore.errors import InvalidInputError
-from lazystore.hf import slices
+from lazystore.hf import disk, slices
+from lazystore.hf.offload import FileWeights
 from lazystore.hf.weights import lazystore_weights, require_weights
 
 # What PreTrainedModel.from_pretrained (transformers 5.23) takes for itself;
@@ -62,14 +63,14 @@ def from_pretrained(cls, pretrained_model_name_or_path, *model_args, verify: boo
     both lazystore and transformers weights raises ``ls.FormatError``
     unless ``use_safetensors`` says which (True: transformers').
     """
-    subfolder = kwargs.get("subfolder") or ""
     folder = pretrained_model_name_or_path
-    local = isinstance(folder, (str, os.PathLike)) and os.path.isdir(Path(folder, subfolder))
-    weights = lazystore_weights(Path(folder, subfolder), use_safetensors=kwargs.get("use_safetensors")) \
-        if local else None
+    local = None
+    if isinstance(folder, (str, os.PathLike)) and os.path.isdir(Path(folder, kwargs.get("subfolder") or "")):
+        local = Path(folder, kwargs.get("subfolder") or "")
+    weights = lazystore_weights(local, use_safetensors=kwargs.get("use_safetensors")) if local else None
     if weights is None:
         if local and kwargs.get("gguf_file") is None and kwargs.get("state_dict") is None:
-            require_weights(Path(folder, subfolder))
+            require_weights(local)
         return cls.from_pretrained(folder, *model_args, **kwargs)
     for name in REFUSED:
         if kwargs.get(name) is not None:
@@ -82,10 +83,16 @@ def from_pretrained(cls, pretrained_model_name_or_path, *model_args, verify: boo
         if _dtype_left_to_weights(loading, config):
             loading["dtype"] = slices.weights_dtype(files)
         generation_config = loading.pop("generation_config", None)
-        loaded = concrete.from_pretrained(None, *model_args, config=config, state_dict=files.state_dict(),
+        offloaded, placeholders, renamed = disk.plan(concrete, config, loading, _torch_dtype(loading, config),
+                                                     model_kwargs, files.names())
+        loaded = concrete.from_pretrained(None, *model_args, config=config,
+                                          state_dict=files.state_dict(instead=placeholders),
                                           trust_remote_code=kwargs.get("trust_remote_code"),
                                           **loading, **model_kwargs)
     model = loaded[0] if loading.get("output_loading_info") else loaded
+    if offloaded is not None:
+        disk.dispatch(model, offloaded, FileWeights(weights, names=renamed, verify=verify),
+                      offload_buffers=loading.get("offload_buffers", False))
     _as_from_folder(model, folder, generation_config, loading, hub, kwargs.get("trust_remote_code"), model_kwargs)
     return loaded
 
@@ -132,6 +139,23 @@ def _dtype_left_to_weights(loading: dict, config) -> bool:
     if dtype is None:
         dtype = loading.get("torch_dtype")
     return dtype in (None, "auto") and getattr(config, "dtype", None) is None
+
+
+def _torch_dtype(loading: dict, config):
+    """The torch dtype transformers builds the model in (``_get_dtype``):
+    ``dtype`` (or ``torch_dtype``) as a torch dtype, its name, or a dict of
+    them whose "" entry is the model's; "auto" is the config's (which names
+    one by now: the weights' was put in ``loading`` where it did not)."""
+    import torch
+
+    dtype = loading.get("dtype")
+    if dtype is None:
+        dtype = loading.get("torch_dtype")
+    if isinstance(dtype, dict):
+        dtype = dtype.get("", torch.get_default_dtype())
+    if dtype in (None, "auto"):
+        dtype = getattr(config, "dtype", None) or torch.get_default_dtype()
+    return getattr(torch, dtype) if isinstance(dtype, str) else dtype
 
 
 def _as_from_folder(model, folder, generation_config, loading: dict, hub: dict, trust_remote_code,

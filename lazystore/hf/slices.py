@@ -25,56 +25,55 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from lazystore import api
-from lazystore._core import ties, torch_arrays
+from lazystore._core import torch_arrays
 from lazystore._core.dtypes import lookup
 from lazystore.errors import ChecksumError
+from lazystore.hf.offload import FileWeights
 from lazystore.torch import load_file
 
 
 class Weights:
     """The tensors of lazystore weights (a file, or a sharded folder) as
-    transformers wants them; a context manager (closes the file)."""
+    transformers wants them; a context manager (closes the file). Names,
+    ties and single reads are :class:`~lazystore.hf.offload.FileWeights`'
+    (compressed tensors through ``pread``)."""
 
     def __init__(self, path, *, verify: bool = True):
         self.path = path
         self.verify = verify
-        self._view = api.open(path, mmap=False)
-        try:
-            self._stored = list(self._view)
-            self._aliases = ties.read_aliases(self._view.system_metadata, self._stored)
-        except BaseException:
-            self._view.close()
-            raise
+        self._files = FileWeights(path, verify=verify)
 
     def __enter__(self) -> Weights:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._view.close()
+        self._files.close()
 
     def names(self) -> list[str]:
         """Every name, sorted as safetensors' ``keys()`` (tied names included:
         transformers ties them again)."""
-        return sorted(self._stored + list(self._aliases))
+        return sorted(self._files)
 
     def info(self, name: str):
-        return self._view.info(self._aliases.get(name, name))
+        return self._files.info(name)
 
-    def state_dict(self, *, skip=()) -> dict:
-        """``{name: tensor or CheckedSlice}`` for every name but ``skip``'s."""
-        wanted = [n for n in self.names() if n not in skip]
-        stored = {self._aliases.get(n, n) for n in wanted}
-        raw = [n for n in self._stored if n in stored and self._view.info(n).compression is None]
+    def state_dict(self, *, instead=None) -> dict:
+        """``{name: tensor or CheckedSlice}`` for every name, but where
+        ``instead`` gives what to hand transformers for a name (nothing of
+        those is read)."""
+        instead = instead or {}
+        wanted = [n for n in self.names() if n not in instead]
+        raw = [n for n in wanted if self.info(n).compression is None]
         with naming_file(self.path):
             mapped = load_file(self.path, keys=raw, verify=self.verify) if raw else {}
-        return {n: mapped[t] if (t := self._aliases.get(n, n)) in mapped else CheckedSlice(self, n) for n in wanted}
+        out = {n: mapped[n] if n in mapped else CheckedSlice(self, n) for n in wanted}
+        out.update((n, v) for n, v in instead.items() if n in self._files)
+        return out
 
     def read(self, name: str):
         """The whole tensor ``name``, checked unless ``verify=False``."""
-        target = self._aliases.get(name, name)
         with naming_file(self.path):
-            return torch_arrays.cpu_tensor(self._view.load([target], verify=self.verify)[target])
+            return self._files[name]
 
     def torch_dtype(self, name: str):
         return torch_arrays.torch_dtype_of(self.info(name).dtype)
