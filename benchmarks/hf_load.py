@@ -11,7 +11,10 @@ load is also timed with every page of the model's weights touched after it
 reads nothing until the model runs, while lazystore's checked load reads
 every byte inside ``from_pretrained``, so "load + touch" compares the same
 work (a forward pass would too, but its time swamps the load's on a shared
-machine). The peak-RSS rise is given after the touch as well. Processes run interleaved, ``ROUNDS`` of each
+machine). The peak-RSS rise is given after the touch as well. Two cases
+put every module on disk (``device_map="auto"``, ``max_memory`` below the
+smallest module): they read nothing while loading, and each forward reads
+the weights from the file; for them the touch is one forward pass. Processes run interleaved, ``ROUNDS`` of each
 case, the order rotating; figures are medians. Not part of ``python -m
 benchmarks`` (each process imports torch and transformers: ~a minute in
 all on two cores).
@@ -34,27 +37,34 @@ ROUNDS = 3
 REPS = 5
 REPO = Path(__file__).resolve().parent.parent
 
-# One case, in a fresh process: argv = kind ("transformers" or "lazystore"), folder, verify.
+# One case, in a fresh process: argv = kind ("transformers", "lazystore" or "disk":
+# lazystore with every module on disk), folder, verify, reps.
 CHILD = """
-import json, statistics, sys, time
+import json, sys, time
 def status(key):
     return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key))
 import torch, transformers
-import lazystore.hf as lh
+import lazystore as ls, lazystore.hf as lh
 from transformers import AutoModel, BertModel  # the model's code, imported before measuring
 kind, folder, verify, reps = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
+ON_DISK = {"device_map": "auto", "max_memory": {"cpu": "30MB"}}  # below MiniLM's smallest module
+ids = torch.randint(1000, 30000, (4, 64), generator=torch.Generator().manual_seed(0))
 def load():
     if kind == "transformers":
         return AutoModel.from_pretrained(folder)
-    return lh.from_pretrained(AutoModel, folder, verify=verify)
+    return lh.from_pretrained(AutoModel, folder, verify=verify, **(ON_DISK if kind == "disk" else {}))
 def touch(model):
+    if kind == "disk":  # its weights are read from the file as the forward runs
+        with torch.no_grad():
+            return model(input_ids=ids)
     return sum(int(t.reshape(-1).view(torch.uint8)[::4096].sum()) for t in model.state_dict().values())
+with ls.open(folder) as ck:
+    weights = ck.nbytes
 before = status("VmRSS:")
 model = load()
 rise = status("VmHWM:") - before
 touch(model)
 touched_rise = status("VmHWM:") - before
-weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
 del model
 loads, touched = [], []
 for _ in range(reps):
@@ -73,6 +83,8 @@ CASES = {
     "raw": ("lazystore raw", "lazystore", "raw", True),
     "zstd": ("lazystore zstd", "lazystore", "zstd", True),
     "raw_unchecked": ("lazystore raw, verify=False", "lazystore", "raw", False),
+    "disk_raw": ("lazystore raw, every module on disk", "disk", "raw", True),
+    "disk_zstd": ("lazystore zstd, every module on disk", "disk", "zstd", True),
 }
 MiB = 1 << 20
 
@@ -123,12 +135,13 @@ def results(samples: dict[str, list[dict]]) -> list[Result]:
     anchor = CASES["safetensors"][0]
     weights = samples["safetensors"][0]["weights"] / MiB
     rows = []
-    for name in ("raw", "zstd", "raw_unchecked"):
+    for name in [n for n in CASES if n != "safetensors"]:
         label = CASES[name][0]
+        then = "one forward" if CASES[name][1] == "disk" else "every page touched"
         for field, what, unit, scale in (("load", "from_pretrained", "s", 1),
-                                         ("touched", "from_pretrained + every page touched", "s", 1),
+                                         ("touched", f"from_pretrained + {then}", "s", 1),
                                          ("rise", "peak RSS rise, from_pretrained", "MiB", MiB),
-                                         ("touched_rise", "peak RSS rise, + every page touched", "MiB", MiB)):
+                                         ("touched_rise", f"peak RSS rise, + {then}", "MiB", MiB)):
             ours, theirs = median(name, field) / scale, median("safetensors", field) / scale
             rows.append(Result(f"hf_{field}_{name}", f"{what}, {label}", ours, theirs, unit, ours / theirs, None,
                                "memory" if unit == "MiB" else "time", subject=label, anchor_label=anchor,
