@@ -110,6 +110,13 @@ def test_a_damaged_tensor_raises_checksum_error_naming_the_file(lazy_minilm, tmp
     assert model.encoder.layer[3].output.dense.weight.shape == (384, 1536)
 
 
+def test_a_truncated_weights_file_is_a_format_error_naming_it(lazy_minilm, tmp_path):
+    shutil.copy(lazy_minilm[None] / "config.json", tmp_path)
+    (tmp_path / "model.lzy").write_bytes((lazy_minilm[None] / "model.lzy").read_bytes()[:5000])
+    with pytest.raises(ls.FormatError, match=r"model\.lzy: not a lazystore file, or truncated"):
+        lh.from_pretrained(transformers.AutoModel, tmp_path)
+
+
 def test_a_folder_without_weights_is_refused_naming_what_was_looked_for(minilm_dir, tmp_path):
     shutil.copy(minilm_dir / "config.json", tmp_path)
     with pytest.raises(ls.FormatError, match=r"no model weights: no model\.lzy"):
