@@ -72,6 +72,9 @@ def from_pretrained(cls, pretrained_model_name_or_path, *model_args, verify: boo
         if local and kwargs.get("gguf_file") is None and kwargs.get("state_dict") is None:
             require_weights(local)
         return cls.from_pretrained(folder, *model_args, **kwargs)
+    if not isinstance(cls, type) or not (hasattr(cls, "_model_mapping") or getattr(cls, "config_class", None)):
+        raise InvalidInputError(f"{cls!r} is not a transformers model class: pass an AutoModel* class or a "
+                                "PreTrainedModel subclass (BertModel, ...)")
     for name in REFUSED:
         if kwargs.get(name) is not None:
             raise InvalidInputError(f"{name} cannot be passed with a folder of lazystore weights ({weights})")

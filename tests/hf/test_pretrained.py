@@ -135,6 +135,12 @@ def test_a_folder_with_both_kinds_of_weights_is_refused_unless_told_which(lazy_m
         assert bit_identical(outputs(model, batch), outputs(minilm_model, batch))
 
 
+@pytest.mark.parametrize("cls", [torch.nn.Linear, "AutoModel", transformers.PreTrainedModel])
+def test_a_class_transformers_cannot_build_is_refused(lazy_minilm, cls):
+    with pytest.raises(ls.InvalidInputError, match="not a transformers model class"):
+        lh.from_pretrained(cls, lazy_minilm[None])
+
+
 @pytest.mark.parametrize("argument", ["state_dict", "gguf_file"])
 def test_arguments_that_replace_the_folders_weights_are_refused(lazy_minilm, argument):
     with pytest.raises(ls.InvalidInputError, match=argument):
