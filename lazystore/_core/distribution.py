@@ -21,3 +21,10 @@ def install_hint(extra: str, packages: str) -> str:
     the hint right however lazystore itself was installed (from a checkout,
     a wheel, or the index)."""
     return f"pip install {packages} (or lazystore with the extra: pip install '{DISTRIBUTION}[{extra}]')"
+
+
+def package_hint(packages: str) -> str:
+    """What to run for third-party ``packages`` that no extra of lazystore's
+    installs (a library lazystore works with only when the user has it)."""
+    return f"pip install {packages}"
+

@@ -20,6 +20,8 @@ def naming(path):
     try:
         yield
     except LazyStoreError as exc:
+        if not isinstance(path, (str, os.PathLike)):  # the error is about the argument itself: it says so
+            raise
         name = os.fspath(path)
         if exc.args and isinstance(exc.args[0], str) and name not in exc.args[0]:
             exc.args = (f"{name}: {exc.args[0]}", *exc.args[1:])

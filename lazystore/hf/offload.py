@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 
 from lazystore import api
 from lazystore._core import ties, torch_arrays
+from lazystore._core.distribution import install_hint
 from lazystore.errors import (
     FormatError,
     InvalidInputError,
@@ -236,7 +237,8 @@ def require_accelerate():
     try:
         import accelerate.utils
     except ImportError as exc:
-        raise MissingDependencyError("dispatching a model needs accelerate: pip install 'lazystore[hf]'") from exc
+        hint = install_hint("hf", "accelerate")
+        raise MissingDependencyError(f"dispatching a model needs accelerate: {hint}") from exc
     return accelerate.utils
 
 

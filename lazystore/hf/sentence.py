@@ -20,6 +20,7 @@ import json
 import os
 from pathlib import Path
 
+from lazystore._core.distribution import package_hint
 from lazystore.errors import FormatError, InvalidInputError, MissingDependencyError
 from lazystore.hf.pretrained import from_pretrained
 from lazystore.hf.weights import lazystore_weights
@@ -47,7 +48,7 @@ def sentence_transformer(model_name_or_path, *, verify: bool = True, model_class
         from sentence_transformers.util import import_from_string
     except ImportError as e:
         raise MissingDependencyError("lazystore.hf.sentence_transformer needs sentence-transformers: "
-                                     "pip install sentence-transformers") from e
+                                     f"{package_hint('sentence-transformers')}") from e
     model_class = SentenceTransformer if model_class is None else model_class
     modules_json = Path(model_name_or_path) / "modules.json"
     if not modules_json.is_file():
