@@ -65,7 +65,7 @@ def rewrite(mgr, step: int, base: int | None, checked: set[int]) -> None:
             for name in ck:
                 # One tensor at a time, decoded through the chain and checked chunk by chunk.
                 w.add(name, _reading(step, path, lambda name=name: ck[name]))
-    mgr._rewritten(step, w.base_file)
+    mgr._forget(step)
     checked.add(step)  # written just now from checked bytes: no need to read it all again as a base
 
 
