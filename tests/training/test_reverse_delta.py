@@ -128,3 +128,14 @@ def test_a_folder_of_format_1_2_deltas_is_migrated_on_the_next_save(tmp_path, le
         with mgr.open(step) as ck:
             assert ck.format_version != (1, 2), step
     check_folder(mgr)
+
+
+def test_a_reader_holding_the_previous_checkpoint_open_reads_it_through_its_rewrite(tmp_path):
+    mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd")
+    mgr.save(1, state(1))
+    with mgr.open(1) as before:
+        mgr.save(2, state(2))  # 1 written again, as a delta against 2, while it is open
+        assert mgr._base_name(1) == mgr.path(2).name
+        for name, array in before.load().items():  # the old file's bytes, still mapped
+            assert array.tobytes() == state(1)["model"][name.split("/")[1]].tobytes(), name
+    same_tree(state(1), mgr.restore(1))
