@@ -1,24 +1,27 @@
-"""Delta checkpoints (issue 17): series size, a frozen base, save and restore time.
+"""Delta checkpoints (issues 17 and 27): series size, a frozen base, save and restore time.
 
 All on a real fine-tune (benchmarks/finetune.py: transformers' BertModel of
-all-MiniLM-L6-v2 with its trained weights, AdamW, lr 2e-5, on the CPU):
+all-MiniLM-L6-v2 with its trained weights, AdamW, lr 2e-5, on the CPU),
+side by side in one run, as issue 27's table asks:
 
 - ``series``: a series of 8 checkpoints, one every 1, 10 and 100 steps
   (quick mode: 4 checkpoints, every step), stored by ``CheckpointManager(delta=True)``
-  with zstd, over the same series stored standalone with zstd. The target
-  rows are the model's weights, as the issue measured them (a ~75 MB
-  checkpoint); the rows with the AdamW moments too are informational, as
-  are the alternatives: the manager with ``delta_depth=1`` (a star around
-  each keyframe), every delta against the previous checkpoint (a chain)
-  and against the first (one keyframe).
+  (the newest whole, older ones deltas against newer ones) with zstd, over
+  the same series stored standalone with zstd. The target rows are the
+  model's weights, as the issue measured them (a ~75 MB checkpoint); the
+  rows with the AdamW moments too are informational, as are the
+  alternatives: ``delta_depth=1`` and ``delta_depth=7`` (shorter and longer
+  chains), every delta against the previous checkpoint (a forward chain)
+  and against the first (one keyframe), both written with ``ls.save(base=)``.
 - ``frozen``: ten checkpoints of a model whose 16 MiB base (real trained
   weights) is frozen while its LoRA adapters train, over one checkpoint.
-- ``timing``: in the 10-step series stored by the manager, its deepest
-  checkpoint (the most files a restore reads): saving it as a delta
-  against its base over a standalone compressed save of the same state,
-  and restoring it over restoring the standalone file. The full run also
-  restores the deepest checkpoint of the same series stored one delta deep
-  (``delta_depth=1``), informational: the restore time that depth buys.
+- ``timing``: the 10-step series (quick: every step) saved by a manager
+  with ``keep_last=8``, ``delta=True`` against ``delta=False``: the total
+  time to save the series (blocking saves, each delta save including the
+  rewrite of the checkpoint before it), the restore of the latest and of
+  the oldest checkpoint over the same step stored standalone, and the
+  training pause of a ``blocking=False`` save (the call, with no save in
+  flight) over that of the standalone manager.
 
 ``python -m benchmarks.delta [--quick]`` runs these alone and prints the rows.
 """
@@ -65,8 +68,8 @@ def _state(path: Path, model_only: bool):
 
 def _store(folder: Path, paths: list[Path], model_only: bool, how: str) -> list[int]:
     """Bytes of the series stored ``how``: "standalone", "delta" (the
-    manager's policy), "star" (the manager's, one delta deep), "chain"
-    (each against the previous) or "first" (each against the first)."""
+    manager's policy), "star" / "long" (the manager's, ``delta_depth`` 1 / 7),
+    "chain" (each against the previous) or "first" (each against the first)."""
     mgr = _series(folder, paths, model_only, how)
     sizes = [mgr.path(i).stat().st_size for i in range(len(paths))]
     shutil.rmtree(folder)
@@ -79,11 +82,11 @@ def _series(folder: Path, paths: list[Path], model_only: bool, how: str):
 
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    star = {"delta_depth": 1} if how == "star" else {}
-    mgr = ls.CheckpointManager(folder, compression="zstd", delta=how in ("delta", "star"), **star)
+    depth = {"star": {"delta_depth": 1}, "long": {"delta_depth": 7}}.get(how, {})
+    mgr = ls.CheckpointManager(folder, compression="zstd", delta=how in ("delta", "star", "long"), **depth)
     for i, path in enumerate(paths):
         state = _state(path, model_only)
-        if how in ("standalone", "delta", "star") or i == 0:
+        if how in ("standalone", "delta", "star", "long") or i == 0:
             mgr.save(i, state)
         else:
             base = mgr.path(i - 1 if how == "chain" else 0)
@@ -99,14 +102,15 @@ def series(ctx: Context) -> list[Result]:
         for model_only, what in ((True, "model"), (False, "model+AdamW")):
             alones = _store(root / "alone", paths, model_only, "standalone")
             alone = sum(alones)
-            hows = ("delta", "star", "chain", "first") if model_only else ("delta",)
+            hows = ("delta", "star", "long", "chain", "first") if model_only else ("delta",)
             for how in hows:
                 sizes = _store(root / how, paths, model_only, how)
                 size = sum(sizes)
                 each = " ".join(f"{a / b:.2f}" for a, b in zip(sizes, alones))
                 target = Target("<=", 0.6, "ratio") if (how == "delta" and model_only) else None
-                label = {"delta": "CheckpointManager(delta=True)", "star": "delta_depth=1 (a star)",
-                         "chain": "each against the previous", "first": "each against the first"}[how]
+                label = {"delta": "CheckpointManager(delta=True)", "star": "delta_depth=1",
+                         "long": "delta_depth=7", "chain": "each against the previous (forward)",
+                         "first": "each against the first"}[how]
                 suffix = ("" if model_only else "_adamw") + ("" if how == "delta" else f"_{how}")
                 name = f"delta_series_{interval}{suffix}"
                 rows.append(Result(name, f"{len(paths)} checkpoints every {interval} steps, {what}: {label}, zstd",
@@ -147,13 +151,15 @@ def frozen(ctx: Context) -> list[Result]:
             a += rng.standard_normal(a.shape).astype(np.float32) * 1e-3
         mgr.save(step, {"base": base, "adapters": adapters})
     sizes = [os.path.getsize(mgr.path(s)) for s in mgr.steps()]
+    sizes.insert(0, sizes.pop())  # the newest, whole, first: one checkpoint
     shutil.rmtree(folder)
     adapter_bytes = sum(a.nbytes for a in adapters.values())
     return [Result("delta_frozen", f"10 checkpoints, frozen {total / 2**20:.0f} MiB base + "
                    f"{adapter_bytes / 2**10:.0f} KiB of LoRA adapters, delta=True, over one checkpoint",
                    sum(sizes) / 2**20, sizes[0] / 2**20, "MiB", sum(sizes) / sizes[0], Target("<=", 1.6, "ratio"),
                    "size", anchor_label="one checkpoint",
-                   note=f"one checkpoint {sizes[0] / 2**20:.1f} MiB, the nine others {sum(sizes[1:]) / 2**20:.2f} MiB",
+                   note=f"the newest (whole) {sizes[0] / 2**20:.1f} MiB, the nine others "
+                        f"{sum(sizes[1:]) / 2**20:.2f} MiB",
                    group="delta")]
 
 
@@ -161,53 +167,66 @@ def timing(ctx: Context) -> list[Result]:
     import lazystore as ls
 
     interval = 10 if ctx.scale.mode == "full" else 1
-    paths = _checkpoints(ctx, interval)
+    states = [_state(p, True) for p in _checkpoints(ctx, interval)]
     folder = ctx.files.scratch("delta-timing")
-    mgr = _series(folder / "series", paths, True, "delta")
-    # The deepest checkpoint the policy made (the latest of the deepest): its restore reads the most files.
-    step, depth = _deepest(mgr)
-    base = mgr.directory / mgr._base_name(step)
-    state = _state(paths[step], True)
-    delta, alone = mgr.directory / "delta.lzy", folder / "alone.lzy"  # a delta beside its base
-    saves = compare({
-        "delta save": lambda: ls.save(state, delta, compression="zstd", base=base),
-        "standalone save": lambda: ls.save(state, alone, compression="zstd"),
-    }, reps=ctx.scale.reps)
-    restores = {"delta restore": lambda: ls.load(mgr.path(step)), "standalone restore": lambda: ls.load(alone)}
-    if ctx.scale.mode == "full":
-        # The same series one delta deep (delta_depth=1), for the trade-off between size and restore time.
-        star = _series(folder / "star", paths, True, "star")
-        star_step, star_depth = _deepest(star)
-        restores["star restore"] = lambda: ls.load(star.path(star_step))
-    loads = compare(restores, reps=ctx.scale.reps)
+    managers = {}
+
+    def series_of(how: str):
+        def save_all():  # the whole series, blocking saves: a delta save includes its rewrite
+            shutil.rmtree(folder / how, ignore_errors=True)
+            mgr = managers[how] = ls.CheckpointManager(folder / how, compression="zstd", delta=how == "delta",
+                                                       keep_last=8)
+            for i, state in enumerate(states):
+                mgr.save(i, state)
+            mgr.close()
+        return save_all
+
+    saves = compare({"delta series": series_of("delta"), "standalone series": series_of("alone")},
+                    reps=ctx.scale.reps)
+    delta, alone = managers["delta"], managers["alone"]
+    latest, oldest = delta.latest(), delta.steps()[0]
+    depth = _depth(delta, oldest)
+    loads = compare({"latest, delta": lambda: ls.load(delta.path(latest)),
+                     "latest, standalone": lambda: ls.load(alone.path(latest)),
+                     "oldest, delta": lambda: ls.load(delta.path(oldest)),
+                     "oldest, standalone": lambda: ls.load(alone.path(oldest))}, reps=ctx.scale.reps)
+    steps = iter(range(len(states), 10**6))
+
+    def pause(mgr):  # the call of a background save; the save itself finishes untimed (setup)
+        return lambda: mgr.save(next(steps), states[-1], blocking=False)
+
+    pauses = compare({"delta pause": pause(delta), "standalone pause": pause(alone)}, reps=ctx.scale.reps,
+                     setup=lambda: (delta.wait(), alone.wait()))
+    delta.close()
+    alone.close()
     shutil.rmtree(folder)
-    measured = [("delta_save", saves, "delta save", "standalone save", 2.0, depth, step),
-                ("delta_restore", loads, "delta restore", "standalone restore", 3.0, depth, step)]
-    if "star restore" in loads:
-        measured.append(("delta_restore_star", loads, "star restore", "standalone restore", None, star_depth,
-                         star_step))
+    where = f"{len(states)} checkpoints every {interval} steps, model, keep_last=8"
+    measured = [
+        ("delta_series_save", saves, "delta series", "standalone series", 2.0,
+         f"total save time of the series ({where}), delta=True over delta=False"),
+        ("delta_restore_latest", loads, "latest, delta", "latest, standalone", 1.15,
+         f"restore of the latest checkpoint ({where}; whole) over the same step standalone"),
+        ("delta_restore_oldest", loads, "oldest, delta", "oldest, standalone", 3.0,
+         f"restore of the oldest kept checkpoint ({where}; {depth} deltas deep) over the same step standalone"),
+        ("delta_pause", pauses, "delta pause", "standalone pause", 1.2,
+         f"training pause of a blocking=False save ({where}, no save in flight), delta=True over delta=False"),
+    ]
     rows = []
-    for name, timings, ours, anchor, limit, deep, at in measured:
+    for name, timings, ours, anchor, limit, title in measured:
         t, a = timings[ours], timings[anchor]
-        spread = (f"{ours} {min(t.samples):.2f}-{max(t.samples):.2f} s, "
-                  f"{anchor} {min(a.samples):.2f}-{max(a.samples):.2f} s")
-        policy = "delta_depth=1" if name == "delta_restore_star" else "delta=True"
-        rows.append(Result(name, f"{ours} of the fine-tune's model ({policy}, every {interval} steps, checkpoint "
-                           f"{at + 1} of {len(paths)}, {deep} deltas deep: the deepest)",
-                           t.median, a.median, "s", t.median / a.median,
-                           Target("<=", limit, "ratio") if limit else None, "time",
-                           subject=ours, anchor_label=anchor, samples={ours: list(t.samples), anchor: list(a.samples)},
-                           note=spread, group="delta"))
+        spread = (f"{ours} {min(t.samples):.3f}-{max(t.samples):.3f} s, "
+                  f"{anchor} {min(a.samples):.3f}-{max(a.samples):.3f} s")
+        rows.append(Result(name, title, t.median, a.median, "s", t.median / a.median, Target("<=", limit, "ratio"),
+                           "time", subject=ours, anchor_label=anchor,
+                           samples={ours: list(t.samples), anchor: list(a.samples)}, note=spread, group="delta"))
     return rows
 
 
-def _deepest(mgr) -> tuple[int, int]:
-    """The latest of the checkpoints that are the most deltas deep, and its depth."""
+def _depth(mgr, step: int) -> int:
+    """How many deltas deep checkpoint ``step`` is."""
     from lazystore.training.chains import Series
 
-    series = Series(mgr, mgr.steps())  # one listing of the folder for every step's depth
-    depth, step = max((series.depth(s), s) for s in mgr.steps())
-    return step, depth
+    return Series(mgr, mgr.steps()).depth(step)
 
 
 MEASURES = (series, frozen, timing)

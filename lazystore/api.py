@@ -107,7 +107,7 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
 
     ``writer_options`` are :class:`Writer`'s (``alignment``, ``chunk_bytes``).
 
-    With ``base`` (an earlier checkpoint, a lazystore file in the same folder
+    With ``base`` (another checkpoint, a lazystore file in the same folder
     as ``path``), the file is a *delta checkpoint* (format 1.3): each tensor
     the base holds with the same name, dtype and shape is stored as nothing
     if unchanged, or as its lossless difference from the base's when that

@@ -18,7 +18,8 @@ TARGETS = {
     "verify", "zstd_load",
     "peak_rss", "minilm_fp32", "minilm_bf16", "bg_pause",
     "torch_load_file", "torch_load_keys", "torch_load_model",  # lazystore.torch against safetensors.torch
-    "delta_series_1", "delta_frozen", "delta_save", "delta_restore",
+    "delta_series_1", "delta_frozen", "delta_series_save", "delta_restore_latest", "delta_restore_oldest",
+    "delta_pause",
 }
 # Informational rows the issue asks for (physical limits and other tools).
 REFERENCES = {
@@ -31,7 +32,8 @@ REMOTE = {f"remote_{v}_{what}" for v in ("raw", "zstd") for what in ("bytes", "r
 # torch.distributed.checkpoint through lazystore.dcp against FileSystemWriter/Reader.
 DCP = {f"dcp_{what}_{v}" for v in ("raw", "zstd") for what in ("save", "load", "size", "one_bytes")}
 # Delta checkpoints: the series stored other ways, and with the AdamW moments (quick: every step only).
-DELTA = {"delta_series_1_star", "delta_series_1_chain", "delta_series_1_first", "delta_series_1_adamw"}
+DELTA = {"delta_series_1_star", "delta_series_1_long", "delta_series_1_chain", "delta_series_1_first",
+         "delta_series_1_adamw"}
 # What checking on load costs: load_file warm and cold, verify on against off, safetensors, safetensors + xxh3.
 VERIFY = {f"verify_load_{state}{vs}" for state in ("warm", "cold") for vs in ("", "_off", "_st_hashed", "_unchecked")}
 # Background saves: pauses, a real training loop's step time, thread vs process writers, memory.

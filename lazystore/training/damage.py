@@ -6,14 +6,16 @@ bases, fails: it cannot be opened (truncated, empty, a folder or a dangling
 link where the file should be, unreadable), or its bytes fail their
 checksums. Any lazystore error or ``OSError`` from reading an old step
 counts. The manager finds damage as it reads old checkpoints for its own
-work (their index, for metrics and bases; every byte of a base a delta is
-coded against, as it is coded, and of a checkpoint it rewrites) and when asked
+work (their index, for metrics and bases; every byte of a checkpoint it
+rewrites, and of the base it codes it against) and when asked
 (:meth:`CheckpointManager.damaged` checks every byte of every step).
 
 What the manager then does (docs/training.md, "Damaged checkpoints"):
 
 * it logs one warning per damaged file (logger ``lazystore``), naming it;
-* a damaged checkpoint is never a base: the save becomes a keyframe;
+* a damaged checkpoint is never a base (saves are whole files anyway, and
+  the previous checkpoint is coded against a new one only if it reads back
+  checked: :mod:`lazystore.training.reverse`);
 * it is never rewritten (that would give bytes that failed their checks
   fresh checksums) and never deleted by retention: it stays, with the bases
   it names, for a person to look at or delete; it counts for neither
@@ -77,52 +79,6 @@ def check(path: Path) -> str | None:
         return (f"{os.fspath(path)}: {len(failing)} tensor(s) fail their checksums, "
                 f"in the file or in its chain of bases: {shown}")
     return None
-
-
-def keyframe_instead(mgr, step: int, base: Path | None, exc: Exception) -> bool:
-    """Should a save of ``step`` that failed with ``exc`` while coding a
-    delta against ``base`` be written again as a keyframe? Yes when the base
-    is damaged (noted, and warned about). Coding a delta reads every base
-    byte it uses, checked, so that is the base's check: checking it up front
-    as well cost every delta save a second read of its base."""
-    if base is None or not base_failed(mgr, base.name):
-        return False
-    log.warning("step %d is saved as a keyframe instead: its base %s is damaged (%s)", step, base, exc)
-    return True
-
-
-def base_failed(mgr, base_file: str) -> bool:
-    """Did a save's base, the checkpoint named ``base_file`` in ``mgr``'s
-    folder, fail (rather than the save itself)? Checks every byte of it and
-    of its chain, noting what fails as :func:`usable_base` does."""
-    names = {mgr.path(s).name: s for s in mgr.steps()}
-    step = names.get(base_file)
-    return step is not None and not usable_base(mgr, step)
-
-
-def usable_base(mgr, step: int) -> bool:
-    """May checkpoint ``step`` of manager ``mgr`` be a base? Checks every
-    byte of it and of its chain; one that fails is noted damaged, and so is
-    each file of its chain that fails on its own (the warning then names
-    the culprit, not only what depends on it)."""
-    reason = check(mgr.path(step))
-    if reason is None:
-        return True
-    mgr._note_damage(step, reason)
-    names = {mgr.path(s).name: s for s in mgr.steps()}
-    seen, s = {step}, step
-    while True:
-        try:
-            s = names.get(mgr._base_name(s))
-        except READ_ERRORS:
-            break
-        if s is None or s in seen:
-            break
-        seen.add(s)
-        below = check(mgr.path(s))
-        if below is not None:
-            mgr._note_damage(s, below)
-    return False
 
 
 class DamageLog:

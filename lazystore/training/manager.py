@@ -41,15 +41,15 @@ from lazystore._native.writer import Writer
 from lazystore.codecs import codec_for
 from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
 from lazystore.sinks import fsync_dir
-from lazystore.training import background, chains, damage, rebasing, saver_lock, tree
+from lazystore.training import background, chains, damage, rebasing, reverse, saver_lock, tree
 
 log = logging.getLogger("lazystore")
 MANAGER_KEY = "__lazystore_manager__"
 MANAGER_VERSION = 1
-# The most saves per keyframe (the keyframe and its deltas): the keyframe is
-# rewritten sooner when that costs less (chains.keyframe_pays). A bound
-# keeps the checkpoints that one damaged keyframe takes down, and the work
-# of rebasing them at retention, bounded.
+# The most checkpoints per keyframe (the keyframe and the deltas coded
+# against it, directly or not); delta_depth usually ends a chain sooner. A
+# bound keeps what one damaged keyframe takes down, and the work of
+# rebasing at retention, bounded.
 DEFAULT_KEYFRAME_EVERY = 16
 _FILE = re.compile(r"step-(\d{12,})\.lzy")
 
@@ -74,20 +74,21 @@ class CheckpointManager:
     highest for ``"max"``; ties go to the earlier step; NaN is never best).
     A checkpoint kept by either rule stays. With neither, nothing is deleted.
 
-    ``delta=True`` stores checkpoints as keyframes and delta files (format
-    1.3) against an earlier checkpoint: unchanged tensors cost nothing, and
-    changed ones their lossless difference when that is at least 10%
-    smaller. The bases form a tree under each keyframe at most
-    ``delta_depth`` deltas deep (2: deltas against the keyframe, and deltas
-    against those), so a restore reads at most ``delta_depth + 1`` files;
-    1 is a star around the keyframe (smaller restores, larger series). A
-    new keyframe is written when the deltas have grown so that one costs
-    more than starting afresh, and at the latest every ``keyframe_every``
-    saves. Retention never deletes a base that a kept checkpoint needs:
-    such checkpoints are rewritten first (against a kept base, or a
-    keyframe), atomically. Every checkpoint still opens with
-    :func:`lazystore.open` and the command line. See docs/training.md,
-    "Delta checkpoints".
+    ``delta=True`` keeps the newest checkpoint whole and older ones as
+    delta files (format 1.3) against newer ones: each save writes its step
+    whole, then codes the checkpoint before it against it (in the
+    background too with ``blocking=False``), so unchanged tensors are
+    stored once, in the newest file, and the latest restores at the speed
+    of a standalone file. Older checkpoints form chains ending in a whole
+    one: a restore decodes at most ``delta_depth`` checkpoints' worth of
+    changed bytes beyond it (2: three files when every weight changes; a
+    frozen base with changing adapters costs little per level), and a
+    chain holds at most ``keyframe_every`` checkpoints. Retention never
+    deletes a base that a kept checkpoint needs: such checkpoints are
+    rewritten first (against a kept base, or a keyframe), atomically.
+    Every checkpoint still opens with :func:`lazystore.open` and the
+    command line. See :mod:`lazystore.training.reverse` and
+    docs/training.md, "Delta checkpoints".
 
     One saver per folder: the first save takes the folder's lock file
     (``.lazystore-manager.lock``) until :meth:`close`; a second manager (in
@@ -129,8 +130,8 @@ class CheckpointManager:
         self._lock = threading.Lock()
         # step -> ((inode, mtime_ns, size), metrics): re-read if the file changes.
         self._metrics_cache: dict[int, tuple[tuple, dict]] = {}
-        # step -> ((inode, mtime_ns, size), its base's file name or None): likewise.
-        self._base_cache: dict[int, tuple[tuple, str | None]] = {}
+        # step -> ((inode, mtime_ns, size), its base, version, ...): likewise.
+        self._facts_cache: dict[int, tuple[tuple, chains.Facts]] = {}
         self._damage = damage.DamageLog()
         # Held from the first save to close(): one saving manager per folder.
         self._folder_lock = saver_lock.SaverLock(self.directory)
@@ -162,36 +163,30 @@ class CheckpointManager:
         entry = {"version": MANAGER_VERSION, "step": step,
                  "metrics": {name: tree.encode_scalar(value) for name, value in metrics.items()}}
 
-        chosen: dict[str, Path | None] = {}  # the base open_writer chose, for finish
-
         def open_writer():
             # The save before has finished (and its retention): the folder is settled.
             self._folder_lock.acquire()  # or FolderLockedError: another manager saves here
-            base = chosen["base"] = self._prepare_delta(step)
+            self._prepare_replace(step)
             self._writing = step
             try:
-                return Writer(path, compression=self.compression, base=base)
+                return Writer(path, compression=self.compression)  # whole: the newest is never a delta
             except BaseException:
                 self._writing = None
                 raise
 
         def finish(writer, prepared) -> Path:
             try:
-                try:
-                    api._fill(writer, prepared, {MANAGER_KEY: entry})
-                except FormatError as exc:  # from the base, if it is found damaged: then a keyframe
-                    if not damage.keyframe_instead(self, step, chosen.get("base"), exc):
-                        raise
-                    writer = Writer(path, compression=self.compression)
-                    api._fill(writer, prepared, {MANAGER_KEY: entry})
+                api._fill(writer, prepared, {MANAGER_KEY: entry})
             finally:
                 self._writing = None  # durable now, or failed (leaving what was there)
             with self._lock:
-                # The new checkpoint is durable: only now may older ones go.
-                key = _stat_key(path)
-                self._metrics_cache[step] = (key, metrics)
-                self._base_cache[step] = (key, writer.base_file)  # retention need not reopen it
+                # The new checkpoint is durable: only now may older ones go,
+                # and then the one before it be coded against it.
+                self._forget(step)
+                self._metrics_cache[step] = (_stat_key(path), metrics)
                 self._apply_retention()
+                if self.delta:
+                    reverse.after_save(self, step)
             return path
 
         return self._saver.save(state, open_writer, finish, blocking=blocking)
@@ -360,11 +355,14 @@ class CheckpointManager:
 
     def _base_name(self, step: int) -> str | None:
         """The file name of checkpoint ``step``'s base (None: a keyframe)."""
+        return self._facts(step).base
+
+    def _facts(self, step: int) -> chains.Facts:
         path = self.path(step)
         key = _stat_key(path)
-        cached = self._base_cache.get(step)
+        cached = self._facts_cache.get(step)
         if cached is None or cached[0] != key:
-            cached = self._base_cache[step] = (key, chains.base_of(path))
+            cached = self._facts_cache[step] = (key, chains.facts_of(path))
         return cached[1]
 
     def _remove(self, step: int) -> None:
@@ -373,22 +371,16 @@ class CheckpointManager:
         self._forget(step)
 
     def _forget(self, step: int) -> None:
+        """Checkpoint ``step`` was deleted or written again."""
         self._metrics_cache.pop(step, None)
-        self._base_cache.pop(step, None)
+        self._facts_cache.pop(step, None)
 
-    def _rewritten(self, step: int, base_file: str | None) -> None:
-        """Checkpoint ``step`` was written again, against ``base_file``."""
-        self._forget(step)
-        self._base_cache[step] = (_stat_key(self.path(step)), base_file)
-
-    def _prepare_delta(self, step: int) -> Path | None:
-        """The base for a new checkpoint of ``step`` (None: a keyframe), after
-        rewriting whatever depends on the checkpoint it replaces."""
+    def _prepare_replace(self, step: int) -> None:
+        """Before checkpoint ``step`` is saved again: rewrite what depends on it."""
         steps = self.steps()
         if step in steps:
             with self._lock:
                 rebasing.rebase_dependents(self, [step], set(steps) - {step}, replacing=True)
-        return chains.choose_base(self, step) if self.delta else None
 
     def _ranked(self, steps: list[int]) -> list[int]:
         """Steps with a value for ``metric``, best first (ties: earlier step

@@ -6,10 +6,10 @@ was coded against it unreadable; so does a base replaced by other content
 base by the base's index checksum), any rewrite of its base. (A 1.3 delta,
 as lazystore writes them, is identified with its base by content: a base
 rewritten with the same content keeps it valid, which a series that
-rewrites its older checkpoints relies on.) Before checkpoints go
-(retention) or are replaced (a step saved again), every kept checkpoint
-whose chain of bases passes through one of them is rewritten, atomically
-(temporary file, fsync, rename):
+rewrites its older checkpoints relies on: :mod:`lazystore.training.reverse`.)
+Before checkpoints go (retention) or are replaced (a step saved again),
+every kept checkpoint whose chain of bases passes through one of them is
+rewritten, atomically (temporary file, fsync, rename):
 
 * against its nearest kept base that is not itself rewritten (so the tree
   only gets shallower: a restore never reads more files than before);
@@ -65,7 +65,7 @@ def rewrite(mgr, step: int, base: int | None, checked: set[int]) -> None:
             for name in ck:
                 # One tensor at a time, decoded through the chain and checked chunk by chunk.
                 w.add(name, _reading(step, path, lambda name=name: ck[name]))
-    mgr._rewritten(step, w.base_file)
+    mgr._forget(step)
     checked.add(step)  # written just now from checked bytes: no need to read it all again as a base
 
 

@@ -2,9 +2,9 @@
 
 A child saves checkpoints with ``CheckpointManager(delta=True)``, blocking
 or in the background, with a short retention and keyframe period so that
-kills land in keyframes, in deltas, in the rewriting of a keyframe's kept
-dependents (retention rebasing them before the keyframe goes) and between
-deletions. After every kill, each listed checkpoint must restore
+kills land in the save of the newest (whole) checkpoint, in the coding of
+the one before it against it (a rewrite, atomic), between the two (two
+whole files), in retention's deletions and rebasing. After every kill, each listed checkpoint must restore
 bit-identical to the state of its step and verify down its chain (its base
 present and the very file it was coded against), and nothing partial may
 be listed.

@@ -1,5 +1,6 @@
-"""CheckpointManager(delta=True) with deltas of deltas: restores at every
-depth, the chain checked, and retention over many deletion patterns."""
+"""CheckpointManager(delta=True) with deltas of deltas (older ones against
+newer ones): restores at every depth, the chain checked, and retention
+over many deletion patterns."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import pytest
 
 import lazystore as ls
 from lazystore.testing.strategies import same_tree
-from tests.training.test_manager_delta import base_names, check_folder, depth, state
+from tests.training.test_manager_delta import base_names, check_folder, depth, moving, state
 
 
-def save_series(tmp_path, steps, **kwargs):
+def save_series(tmp_path, steps, state=state, **kwargs):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", **kwargs)
     for step in steps:
         mgr.save(step, state(step))
@@ -22,29 +23,26 @@ def save_series(tmp_path, steps, **kwargs):
 
 @pytest.mark.parametrize("bound", [2, 3])
 def test_every_depth_restores_bit_identical_and_opens_alone(tmp_path, bound):
-    mgr = save_series(tmp_path, range(1, 11), keyframe_every=100, delta_depth=bound)
+    mgr = save_series(tmp_path, range(1, 11), moving, keyframe_every=100, delta_depth=bound)
     depths = {s: depth(mgr, s) for s in mgr.steps()}
     assert max(depths.values()) == bound, base_names(mgr)  # the bound is reached, never passed
-    check_folder(mgr)
+    check_folder(mgr, moving)
     for step in mgr.steps():
         path = mgr.path(step)
-        same_tree(state(step), ls.load(path))  # without the manager: the chain is found beside it
+        same_tree(moving(step), ls.load(path))  # without the manager: the chain is found beside it
         with ls.open(path) as ck:
             assert ck.verify() == []
-            np.testing.assert_array_equal(ck["model/w"][3:5], state(step)["model"]["w"][3:5])
+            np.testing.assert_array_equal(ck["model/w"][3:5], moving(step)["model"]["w"][3:5])
 
 
-def test_centres_are_deltas_against_the_keyframe_and_later_checkpoints_against_them(tmp_path):
-    mgr = save_series(tmp_path, range(1, 8), keyframe_every=3)
+def test_keep_last_8_keeps_the_oldest_at_most_delta_depth_deep_and_the_latest_whole(tmp_path):
+    mgr = save_series(tmp_path, range(1, 20), moving, keep_last=8)
+    assert len(mgr.steps()) == 8
     names = {mgr.path(s).name: s for s in mgr.steps()}
-    # keyframe_every still counts saves per keyframe, whatever the depth.
-    assert [s for s, b in base_names(mgr).items() if b is None] == [1, 4, 7]
     for step, base in base_names(mgr).items():
-        if base is not None:
-            assert names[base] < step
-            if depth(mgr, step) == 2:
-                assert depth(mgr, names[base]) == 1  # a centre
-    assert max(depth(mgr, s) for s in mgr.steps()) == 2
+        assert base is None or names[base] > step  # bases are newer
+    assert depth(mgr, mgr.steps()[0]) <= 2 and mgr._base_name(mgr.latest()) is None
+    check_folder(mgr, moving)
 
 
 def test_verify_and_restore_check_the_whole_chain(tmp_path):
@@ -66,13 +64,15 @@ def test_verify_and_restore_check_the_whole_chain(tmp_path):
         mgr.restore(deepest)
     # A byte flipped in the keyframe's data: verify of the deepest names the damaged tensor.
     mgr2 = save_series(tmp_path / "b", range(1, 6), keyframe_every=100, delta_depth=3)
-    keyframe = mgr2.path(1)
+    deep2 = max(mgr2.steps(), key=lambda s: depth(mgr2, s))
+    keyframe = mgr2.path(deep2)
+    while mgr2._base_name(int(keyframe.stem[5:])) is not None:
+        keyframe = mgr2.directory / mgr2._base_name(int(keyframe.stem[5:]))
     with ls.open(keyframe) as ck:
         info = ck.info("model/w")
     data = bytearray(keyframe.read_bytes())
     data[info.offset + 100] ^= 0xFF
     keyframe.write_bytes(bytes(data))
-    deep2 = max(mgr2.steps(), key=lambda s: depth(mgr2, s))
     with ls.open(mgr2.path(deep2)) as ck:
         assert "model/w" in ck.verify()
 

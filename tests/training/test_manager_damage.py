@@ -110,13 +110,15 @@ def test_a_damaged_keyframe_is_never_a_base(tmp_path):
     assert list(mgr.damaged()) == [1]
 
 
-def test_a_damaged_centre_makes_the_next_save_a_keyframe(tmp_path):
+def test_a_damaged_previous_checkpoint_is_left_whole_and_the_save_goes_on(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=10)
     for step in (1, 2):
         mgr.save(step, state(step))
-    assert mgr.open(2).system_metadata.get("__lazystore_base__")  # 2 is a delta against 1
-    flip_bit(mgr.path(1))  # 2 decodes through 1: damaged too
-    mgr.save(3, state(3))
+    assert mgr.open(1).system_metadata.get("__lazystore_base__")  # 1 is a delta against 2, 2 whole
+    flip_bit(mgr.path(2))  # 1 decodes through 2: damaged too
+    before = mgr.path(2).read_bytes()
+    mgr.save(3, state(3))  # 2 would now be coded against 3: read checked, found damaged, left as it is
+    assert mgr.path(2).read_bytes() == before
     same_tree(state(3), mgr.restore(3))
     assert sorted(mgr.damaged()) == [1, 2]
 
@@ -127,18 +129,19 @@ def test_a_damaged_centre_makes_the_next_save_a_keyframe(tmp_path):
 
 
 def test_retention_never_rewrites_a_delta_over_a_damaged_raw_keyframe(tmp_path):
-    mgr = ls.CheckpointManager(tmp_path, delta=True, compression=None, keep_last=2, keyframe_every=2)
+    mgr = ls.CheckpointManager(tmp_path, delta=True, compression=None, keep_last=1, keep_best=1, metric="loss")
     for step in (1, 2):
-        mgr.save(step, state(step))  # 1 a raw keyframe, 2 a delta against it
-    flip_bit(mgr.path(1))  # unchecked on read: raw
-    mgr.save(3, state(3))  # a keyframe (keyframe_every); retention drops 1, so 2 would be rewritten from 1's bytes
+        mgr.save(step, state(step), metrics={"loss": step})  # 1 (the best) a delta against 2, a raw keyframe
+    assert mgr._base_name(1) == mgr.path(2).name
+    flip_bit(mgr.path(2))  # unchecked on read: raw
+    mgr.save(3, state(3), metrics={"loss": 3})  # retention drops 2, so 1 would be rewritten from 2's bytes
     # No checkpoint that verifies clean holds anything but its own step's values.
     for step in mgr.steps():
         with mgr.open(step) as ck:
             clean = not ck.verify()
         if clean:
             assert restorable(mgr, step), step
-    assert sorted(mgr.damaged()) == [1, 2]  # 2 decodes through 1: left as it was, and 1 with it
+    assert sorted(mgr.damaged()) == [1, 2]  # 1 decodes through 2: left as it was, and 2 with it
     assert mgr.steps() == [1, 2, 3]
     assert restorable(mgr, 3)
 
@@ -146,12 +149,13 @@ def test_retention_never_rewrites_a_delta_over_a_damaged_raw_keyframe(tmp_path):
 def test_a_damaged_delta_is_left_in_place_with_its_bases(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keep_last=2, keyframe_every=10)
     mgr.save(1, state(1))
-    mgr.save(2, state(2))  # a delta against 1
-    flip_bit(mgr.path(2))
-    before = mgr.path(2).read_bytes()
-    mgr.save(3, state(3))  # 2 was to be its base: found damaged, so 3 is a keyframe
-    mgr.save(4, state(4))  # retention would now drop 1 (keep_last=2: 3 and 4)
-    assert mgr.steps() == [1, 2, 3, 4]  # 2 kept as it was (never rewritten), and 1, which it names
-    assert mgr.path(2).read_bytes() == before
-    assert list(mgr.damaged()) == [2]
-    assert restorable(mgr, 3) and restorable(mgr, 4) and restorable(mgr, 1)
+    mgr.save(2, state(2))  # 1 a delta against 2
+    flip_bit(mgr.path(1))
+    before = {s: mgr.path(s).read_bytes() for s in (1, 2)}
+    assert list(mgr.damaged()) == [1]  # found (saves read only what they rewrite)
+    mgr.save(3, state(3))  # 2 would be coded against 3, but 1 names it: it stays, whole
+    mgr.save(4, state(4))  # retention would now drop 1 and 2 (keep_last=2: 3 and 4)
+    assert mgr.steps() == [1, 2, 3, 4]  # 1 kept as it was (never rewritten), and 2, which it names
+    assert {s: mgr.path(s).read_bytes() for s in (1, 2)} == before
+    assert list(mgr.damaged()) == [1]
+    assert restorable(mgr, 2) and restorable(mgr, 3) and restorable(mgr, 4)

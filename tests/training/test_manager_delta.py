@@ -1,4 +1,4 @@
-"""CheckpointManager(delta=True): keyframes, deltas against them, retention that rebases."""
+"""CheckpointManager(delta=True): the newest whole, older ones deltas against newer ones, retention that rebases."""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ def base_names(mgr) -> dict:
     return {s: mgr._base_name(s) for s in mgr.steps()}
 
 
+def moving(step: int) -> dict:
+    """A state whose every tensor changes at every step: each delta level costs a whole decode."""
+    return {"model": {"w": weights(step)}, "step": step}
+
+
 def depth(mgr, step: int) -> int:
     """How many deltas deep ``step`` is (0: a keyframe); every base listed."""
     names = {mgr.path(s).name: s for s in mgr.steps()}
@@ -38,30 +43,59 @@ def depth(mgr, step: int) -> int:
     return 1 + depth(mgr, names[base])
 
 
+def restore_work(mgr, step: int) -> float:
+    """Checkpoints' worth of changed bytes a restore of ``step`` decodes
+    beyond its whole file (the share of each delta level that changed)."""
+    names = {mgr.path(s).name: s for s in mgr.steps()}
+    work = 0.0
+    while mgr._base_name(step) is not None:
+        work += mgr._facts(step).work
+        step = names[mgr._base_name(step)]
+    return work
+
+
 def check_folder(mgr, state=state) -> None:
     """Every listed checkpoint restores bit-identical and verifies; its
-    chain of bases is listed and at most ``delta_depth`` deltas deep;
-    nothing else is in the folder."""
+    chain of bases is listed, holds at most ``keyframe_every`` checkpoints
+    and its restore decodes at most ``delta_depth`` checkpoints' worth of
+    changed bytes; the newest is whole; nothing else is in the folder."""
     for step in mgr.steps():
         same_tree(state(step), mgr.restore(step))
         with mgr.open(step) as ck:
             assert ck.verify() == []
-        assert depth(mgr, step) <= mgr.delta_depth, (step, base_names(mgr))
+        assert depth(mgr, step) < mgr.keyframe_every, (step, base_names(mgr))
+        assert restore_work(mgr, step) <= mgr.delta_depth + 1e-9, (step, base_names(mgr))
+    if mgr.steps():
+        assert mgr._base_name(mgr.latest()) is None, base_names(mgr)
     assert sorted(set(os.listdir(mgr.directory)) - {LOCK_NAME}) == sorted(mgr.path(s).name for s in mgr.steps())
 
 
-def test_a_keyframe_then_deltas_against_it(tmp_path):
+def test_the_newest_is_whole_and_older_ones_deltas_against_newer_ones(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=3, delta_depth=1)
     for step in range(1, 8):
         mgr.save(step, state(step))
-    key = mgr.path
-    assert base_names(mgr) == {1: None, 2: key(1).name, 3: key(1).name, 4: None, 5: key(4).name,
-                               6: key(4).name, 7: None}
+        assert mgr._base_name(step) is None  # every save is whole, and stays so until the next
+    name = {s: mgr.path(s).name for s in mgr.steps()}
+    # Chains of keyframe_every checkpoints, each ending in a whole one.
+    assert base_names(mgr) == {1: name[2], 2: name[3], 3: None, 4: name[5], 5: name[6], 6: None, 7: None}
     check_folder(mgr)
-    # A delta stores only what changed: the frozen tensor costs nothing.
-    with mgr.open(5) as ck, mgr.open(4) as keyframe:
+    # A delta stores only what changed: the frozen tensor is stored once, in the newer file.
+    with mgr.open(5) as ck, mgr.open(6) as keyframe:
         assert ck.info("model/frozen").stored_nbytes == 0
         assert ck.stored_nbytes < 0.6 * keyframe.stored_nbytes
+    for step in mgr.steps():  # every file opens alone, its chain found beside it
+        same_tree(state(step), ls.load(mgr.path(step)))
+
+
+@pytest.mark.parametrize("bound", [1, 2, 3])
+def test_when_every_weight_changes_a_restore_reads_at_most_delta_depth_deltas(tmp_path, bound):
+    mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keep_last=8, delta_depth=bound)
+    for step in range(1, 12):
+        mgr.save(step, moving(step))
+    depths = [depth(mgr, s) for s in mgr.steps()]
+    assert max(depths) == bound, base_names(mgr)  # reached, never passed: then a whole one
+    assert depths[-1] == 0 and all(mgr.path(s + 1).name == b for s, b in base_names(mgr).items() if b)
+    check_folder(mgr, moving)
 
 
 def test_delta_false_writes_keyframes_only(tmp_path):
@@ -98,7 +132,7 @@ def test_saving_a_step_again_rewrites_what_depends_on_it(tmp_path, again):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=10)
     for step in (1, 2, 3):
         mgr.save(step, state(step))
-    assert base_names(mgr) == {1: None, 2: mgr.path(1).name, 3: mgr.path(2).name}  # a chain two deep
+    assert base_names(mgr) == {1: mgr.path(2).name, 2: mgr.path(3).name, 3: None}  # a chain two deep
     mgr.save(again, state(again))  # replaces a base 3 (and 2) were coded against, or nothing's base
     check_folder(mgr)
     assert mgr.steps() == [1, 2, 3]
@@ -140,8 +174,11 @@ def test_a_frozen_base_with_changing_adapters_costs_about_one_checkpoint(tmp_pat
         adapters = {f"lora{i}": rng.standard_normal((8, 1024)).astype(np.float32) for i in range(4)}
         mgr.save(step, {"base": base, "adapters": adapters})
     sizes = [os.path.getsize(mgr.path(s)) for s in mgr.steps()]
-    # Each delta holds the new adapters (random: incompressible), the index, and nothing of the base.
-    assert all(size < 4 * 8 * 1024 * 4 + 8192 for size in sizes[1:]), sizes
+    # One chain (a level costs little: delta_depth counts changed bytes), the
+    # newest whole; each delta holds its adapters (random: incompressible),
+    # the index, and nothing of the base.
+    assert list(base_names(mgr).values()).count(None) == 1
+    assert all(size < 4 * 8 * 1024 * 4 + 8192 for size in sizes[:-1]), sizes
     same_tree({"base": base, "adapters": adapters}, mgr.restore())
 
 
@@ -149,21 +186,3 @@ def test_a_frozen_base_with_changing_adapters_costs_about_one_checkpoint(tmp_pat
 def test_bad_delta_arguments(tmp_path, bad):
     with pytest.raises(ls.InvalidInputError):
         ls.CheckpointManager(tmp_path, **bad)
-
-
-def test_keyframe_pays_once_the_next_delta_costs_more_than_the_average():
-    from lazystore.training.chains import keyframe_pays
-
-    assert not keyframe_pays([100])
-    assert not keyframe_pays([100, 10, 10, 10])  # a frozen model: deltas stay small
-    assert not keyframe_pays([100, 50, 60])  # 60 per checkpoint is still under the average, 70
-    assert keyframe_pays([100, 50, 60, 70])  # 70 is the average: a new period costs less from here
-
-
-def test_drifting_weights_get_keyframes_before_keyframe_every(tmp_path):
-    w = np.random.default_rng(2).standard_normal((256, 1024)).astype(np.float32)
-    mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=100)
-    for step in range(12):
-        # Drifting ever further from the start: a delta against an old keyframe grows.
-        mgr.save(step, {"w": (w * np.float32(1 + 2e-3 * step) + np.float32(1e-3 * step)).astype(np.float32)})
-    assert 2 <= list(base_names(mgr).values()).count(None) < 12

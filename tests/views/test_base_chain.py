@@ -85,13 +85,13 @@ def test_a_flipped_bit_in_a_raw_base_is_never_decoded_into_the_delta(tmp_path, m
 def test_a_manager_restore_of_a_delta_over_a_damaged_raw_keyframe_raises(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, delta=True)  # no compression: the keyframe is raw
     mgr.save(1, _step(1))
-    mgr.save(2, _step(2))
-    keyframe = mgr.path(1)
-    with ls.open(mgr.path(2)) as ck:
+    mgr.save(2, _step(2))  # whole, and 1 coded against it
+    keyframe = mgr.path(2)
+    with ls.open(mgr.path(1)) as ck:
         assert ck.base == os.fspath(keyframe)
     _flip(keyframe, "w")
     with pytest.raises(ls.ChecksumError, match=keyframe.name):
-        mgr.restore(2)
+        mgr.restore(1)
 
 
 # -- the chain's length --------------------------------------------------------------------
