@@ -10,9 +10,11 @@ verdict, and the same message, for every entry of every hostile file.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import lazystore as ls
@@ -56,7 +58,12 @@ def assert_same_verdicts(path, names) -> dict:
                 ck.load()
             assert (type(err.value).__name__, str(err.value)) == refused[0]
         else:
-            ck.load()
+            try:
+                ck.load()
+            except ls.FormatError as exc:
+                # Every entry is legal, but a chunk's bytes may not be what its
+                # (changed) codec reads: the decode's error, naming the chunk.
+                assert re.match(r"tensor '[^']+' chunk \d+: ", str(exc)), exc
     return alone
 
 
@@ -142,6 +149,7 @@ def many_blob(tmp_path_factory) -> tuple[bytes, list[str]]:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lies=st.lists(st.tuples(st.integers(0, 23), st.sampled_from(FIELDS + ("chunk",)), VALUES, st.integers(0, 10**6)),
                      min_size=1, max_size=4))
+@example(lies=[(0, "codec", 1, 0)])  # a raw float32 scalar called zstd: legal entry, undecodable chunk
 def test_alone_and_batched_agree_on_random_lies(many_blob, tmp_path, lies):
     blob, names = many_blob
     parts = Parts.parse(blob)
