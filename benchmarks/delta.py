@@ -43,6 +43,8 @@ from .timing import compare
 SERIES = {"full": 8, "quick": 4}
 INTERVALS = {"full": (1, 10, 100), "quick": (1,)}
 FROZEN_BYTES = 16 << 20
+# delta_depth values whose oldest restore a full run also times (informational).
+OTHER_DEPTHS = (1, 3, 7)
 
 
 def _steps(interval: int, mode: str) -> list[int]:
@@ -186,10 +188,16 @@ def timing(ctx: Context) -> list[Result]:
     delta, alone = managers["delta"], managers["alone"]
     latest, oldest = delta.latest(), delta.steps()[0]
     depth = _depth(delta, oldest)
+    # The other side of the series' size: the oldest restore at other depths
+    # (full runs only; the quick series is too short to reach them).
+    depths = OTHER_DEPTHS if ctx.scale.mode == "full" else ()
+    others = {d: _saved(folder / f"depth{d}", states, delta_depth=d) for d in depths}
     loads = compare({"latest, delta": lambda: ls.load(delta.path(latest)),
                      "latest, standalone": lambda: ls.load(alone.path(latest)),
                      "oldest, delta": lambda: ls.load(delta.path(oldest)),
-                     "oldest, standalone": lambda: ls.load(alone.path(oldest))}, reps=ctx.scale.reps)
+                     "oldest, standalone": lambda: ls.load(alone.path(oldest)),
+                     **{f"oldest, delta_depth={d}": (lambda m=m: ls.load(m.path(m.steps()[0])))
+                        for d, m in others.items()}}, reps=ctx.scale.reps)
     steps = iter(range(len(states), 10**6))
 
     def pause(mgr):  # the call of a background save; the save itself finishes untimed (setup)
@@ -199,6 +207,8 @@ def timing(ctx: Context) -> list[Result]:
                      setup=lambda: (delta.wait(), alone.wait()))
     delta.close()
     alone.close()
+    shapes = {d: f"{_depth(m, m.steps()[0])} deltas deep, the series {_bytes(m) / _bytes(alone):.3f}x "
+                 "the standalone bytes" for d, m in others.items()}
     shutil.rmtree(folder)
     where = f"{len(states)} checkpoints every {interval} steps, model, keep_last=8"
     measured = [
@@ -211,15 +221,34 @@ def timing(ctx: Context) -> list[Result]:
         ("delta_pause", pauses, "delta pause", "standalone pause", 1.2,
          f"training pause of a blocking=False save ({where}, no save in flight), delta=True over delta=False"),
     ]
+    measured += [(f"delta_restore_oldest_depth{d}", loads, f"oldest, delta_depth={d}", "oldest, standalone", None,
+                  f"restore of the oldest kept checkpoint with delta_depth={d} ({where}; {shape}) over the same "
+                  "step standalone") for d, shape in shapes.items()]
     rows = []
     for name, timings, ours, anchor, limit, title in measured:
         t, a = timings[ours], timings[anchor]
         spread = (f"{ours} {min(t.samples):.3f}-{max(t.samples):.3f} s, "
                   f"{anchor} {min(a.samples):.3f}-{max(a.samples):.3f} s")
-        rows.append(Result(name, title, t.median, a.median, "s", t.median / a.median, Target("<=", limit, "ratio"),
+        target = Target("<=", limit, "ratio") if limit else None
+        rows.append(Result(name, title, t.median, a.median, "s", t.median / a.median, target,
                            "time", subject=ours, anchor_label=anchor,
                            samples={ours: list(t.samples), anchor: list(a.samples)}, note=spread, group="delta"))
     return rows
+
+
+def _saved(folder: Path, states: list, **options):
+    """A manager (``keep_last=8``, zstd, ``delta=True``) after saving ``states`` into ``folder``."""
+    import lazystore as ls
+
+    mgr = ls.CheckpointManager(folder, compression="zstd", delta=True, keep_last=8, **options)
+    for i, state in enumerate(states):
+        mgr.save(i, state)
+    mgr.close()
+    return mgr
+
+
+def _bytes(mgr) -> int:
+    return sum(mgr.path(s).stat().st_size for s in mgr.steps())
 
 
 def _depth(mgr, step: int) -> int:
