@@ -1,10 +1,20 @@
-"""Fixtures shared by tests in several folders."""
+"""Fixtures shared by tests in several folders, and what every test gets."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+from tests.isolation import restored_settings
+
+
+@pytest.fixture(autouse=True)
+def _restore_process_settings():
+    """Put back torch's deterministic mode, the environment, the working
+    directory, ... if a test changed them (tests/isolation.py says why)."""
+    with restored_settings():
+        yield
 
 
 @pytest.fixture(scope="session")
