@@ -6,7 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from tests import hypothesis_profiles
 from tests.isolation import restored_settings
+
+# before any test module is imported: their @settings read the loaded profile
+hypothesis_profiles.load()
 
 
 @pytest.fixture(autouse=True)

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 import lazystore as ls
 from lazystore._native.layout import CHUNK_DTYPE, ENTRY_DTYPE, INDEX_HEADER, MAGIC, TRAILER, WIDE_CHUNK_DTYPE
+from tests.hypothesis_profiles import examples
 from tests.paths import REPO
 
 ROOT = REPO
@@ -1027,7 +1028,7 @@ def exercise(path) -> None:
             ck[name]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutations=st.lists(mutation, min_size=1, max_size=4))
 def test_fuzz_only_lazystore_errors_escape(fuzz_base, tmp_path, mutations):
     blob = apply_mutations(fuzz_base, mutations)
@@ -1040,7 +1041,7 @@ def test_fuzz_only_lazystore_errors_escape(fuzz_base, tmp_path, mutations):
         pass
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzz_data_bytes_only(fuzz_base, tmp_path, data):
     # Mutations confined to the data region leave the index valid, so they

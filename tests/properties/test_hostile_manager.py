@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 
 import lazystore as ls
 from lazystore.testing.strategies import same_tree
+from tests.hypothesis_profiles import examples
 
-EXAMPLES = int(os.environ.get("LAZYSTORE_HOSTILE_EXAMPLES", "20"))
+EXAMPLES = int(os.environ.get("LAZYSTORE_HOSTILE_EXAMPLES") or examples(20))
 FROZEN = np.random.default_rng(0).standard_normal(512).astype(np.float32)
 MOVING = np.random.default_rng(1).standard_normal(512).astype(np.float32)
 

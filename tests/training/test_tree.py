@@ -23,6 +23,7 @@ import lazystore as ls
 from lazystore._core.distribution import DISTRIBUTION
 from lazystore.testing.strategies import DTYPE_LIST, random_array, reaches_mmap, same_bits, same_tree
 from lazystore.training import tree
+from tests.hypothesis_profiles import examples
 from tests.paths import FORMAT_SPEC
 
 
@@ -301,7 +302,7 @@ def _states(draw):
         max_leaves=12))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(obj=_states())
 def test_random_nested_states_roundtrip(tmp_path_factory, obj):
     path = tmp_path_factory.mktemp("h") / "s.lzy"
