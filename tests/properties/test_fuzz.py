@@ -38,13 +38,11 @@ whose files are replayed by :func:`test_fuzz_regressions` on every run.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
 import random
 import shutil
-import tempfile
 import tracemalloc
 from pathlib import Path
 
@@ -59,9 +57,10 @@ import lazystore as ls
 from lazystore._native.layout import TRAILER
 from lazystore.interop import sharded
 from lazystore.training import tree
+from tests.hypothesis_profiles import examples
 from tests.paths import DATA
 
-EXAMPLES = int(os.environ.get("LAZYSTORE_FUZZ_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("LAZYSTORE_FUZZ_EXAMPLES") or examples(150))
 SEED = int(os.environ.get("LAZYSTORE_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
 CRASH_DIR = os.environ.get("LAZYSTORE_FUZZ_CRASH_DIR")
 PEAK_LIMIT = 64 << 20
@@ -250,11 +249,25 @@ def _state():
     }
 
 
-@functools.cache
+_SEEDS: dict = {}
+
+
 def _seeds() -> dict:
-    # Built once per session in a temporary folder (not a pytest fixture, so
-    # that hypothesis does not print every seed with each failing example).
-    d = Path(tempfile.mkdtemp(prefix="lazystore-fuzz-seeds-"))
+    # Tests call this rather than take a fixture, so that hypothesis does not
+    # print every seed with each failing example.
+    return _SEEDS
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _built_seeds(tmp_path_factory):
+    """The seeds, built once per module in pytest's temporary folder (which
+    pytest removes; the sharded folders must live while the module runs)."""
+    _SEEDS.update(_build_seeds(tmp_path_factory.mktemp("fuzz-seeds")))
+    yield
+    _SEEDS.clear()
+
+
+def _build_seeds(d: Path) -> dict:
     out = {}
     # A lazystore file: raw and zstd tensors (2 chunks for w), nested tree, user metadata.
     ls.save(_state(), d / "tree.lzy", metadata={"step": 1, "tags": ["a", "b"]}, chunk_bytes=64)
