@@ -129,6 +129,7 @@ def test_a_slice_costs_the_slice_not_the_tensor(tmp_path, small_windows, compres
     assert peak < BOUND, f"slicing 64 MiB peaked at {peak / 2**20:.1f} MiB"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_copying_a_tensor_holds_a_window_not_the_tensor(tmp_path, small_windows, compression):
     arr = floats((16384, 1024))  # 64 MiB, copied 64 KiB at a time

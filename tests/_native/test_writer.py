@@ -312,6 +312,7 @@ def _stream(tmp_path, compression, count, tensor_mib):
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss is in KiB on Linux")
 def test_streaming_1gib_raw_has_bounded_memory(tmp_path):
     count, mib = 64, 16
@@ -324,6 +325,7 @@ def test_streaming_1gib_raw_has_bounded_memory(tmp_path):
     assert peak_mib < 250, f"peak RSS {peak_mib:.0f} MiB while writing 1 GiB (base {r['base_kib'] / 1024:.0f} MiB)"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss is in KiB on Linux")
 def test_streaming_512mib_compressed_has_bounded_memory(tmp_path):
     count, mib = 32, 16

@@ -58,6 +58,7 @@ def test_process_diff_exit_codes_and_quiet_pipes(tmp_path, model, tensors):
     assert r.returncode == 1 and "~ step  values:" in r.stdout
 
 
+@pytest.mark.slow
 def test_process_info_json_and_errors(tmp_path, model):
     r = run_process("info", "--json", model)
     assert r.returncode == 0 and json.loads(r.stdout)["tensors"] == 6

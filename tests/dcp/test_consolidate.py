@@ -279,6 +279,7 @@ _RSS_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_peak_memory_is_bounded_by_the_window_not_the_model(tmp_path):
     if not os.path.exists("/proc/self/status"):
         pytest.skip("needs /proc/self/status (Linux)")

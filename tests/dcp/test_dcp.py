@@ -300,6 +300,7 @@ def test_a_save_with_fewer_ranks_removes_the_older_saves_rank_files(saved, tmp_p
     assert sorted(os.listdir(folder)) == [METADATA_FILE, rank_file(0)]
 
 
+@pytest.mark.slow
 def test_a_url_checkpoint_without_fsspec_names_the_extra(tmp_path):
     code = (
         "import sys\n"

@@ -80,6 +80,7 @@ def test_auto_map_over_budget_bit_identical_and_no_offload_folder(minilm_files, 
     assert not offload.exists()  # passed, not needed, not created
 
 
+@pytest.mark.slow
 def test_dtype_casts_as_accelerate_casts(minilm_files, ids, tmp_path):
     config, _, files = minilm_files
     ours = load_checkpoint_and_dispatch(meta_bert(config), files["zstd"], dtype="bfloat16", **AUTO)

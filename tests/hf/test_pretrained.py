@@ -123,6 +123,7 @@ def test_a_folder_without_weights_is_refused_naming_what_was_looked_for(minilm_d
         lh.from_pretrained(transformers.AutoModel, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_folder_with_both_kinds_of_weights_is_refused_unless_told_which(lazy_minilm, minilm_dir, tmp_path,
                                                                          batch, minilm_model):
     folder = tmp_path / "both"
@@ -217,6 +218,7 @@ ALL_ON_DISK = {"device_map": "auto", "max_memory": {"cpu": "30MB"}}
 PEAKS = [("zstd", {}, 1.9), (None, {}, 1.25), ("zstd", ALL_ON_DISK, 0.25), (None, ALL_ON_DISK, 0.25)]
 
 
+@pytest.mark.slow
 def test_peak_memory_is_about_the_weights_or_less_with_modules_on_disk(lazy_minilm):
     cases = [(str(lazy_minilm[c]), kwargs) for c, kwargs, _ in PEAKS]
     out = subprocess.run([sys.executable, "-c", PEAK, json.dumps(cases)], capture_output=True, text=True,

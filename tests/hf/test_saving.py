@@ -31,6 +31,7 @@ def test_the_folder_is_transformers_own_but_for_the_weights(minilm_model, tmp_pa
         assert ours.metadata == {"format": "pt"}  # as transformers marks its weights
 
 
+@pytest.mark.slow
 def test_sharded_save_takes_transformers_size_strings(minilm_model, batch, tmp_path):
     lh.save_pretrained(minilm_model, tmp_path, compression="zstd", max_shard_size="30MB")
     names = sorted(os.listdir(tmp_path))

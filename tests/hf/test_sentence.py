@@ -36,6 +36,7 @@ def test_embeddings_are_bit_identical(reference, tmp_path, compression):
     assert torch.equal(loaded.encode(SENTENCES, convert_to_tensor=True), want)
 
 
+@pytest.mark.slow
 def test_saved_again_it_names_sentence_transformers_own_classes(reference, tmp_path):
     lh.save_pretrained(reference[0], tmp_path / "lazy")
     loaded = lh.sentence_transformer(tmp_path / "lazy", device="cpu")
