@@ -13,12 +13,16 @@ from tests.isolation import restored_settings
 hypothesis_profiles.load()
 
 
-@pytest.fixture(autouse=True)
-def _restore_process_settings():
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
     """Put back torch's deterministic mode, the environment, the working
-    directory, ... if a test changed them (tests/isolation.py says why)."""
+    directory, ... if a test changed them (tests/isolation.py says why).
+    A hook around the whole test, not an autouse fixture: a module-scoped
+    fixture is set up before any function-scoped one, so a fixture would
+    take what that fixture changed (a Lightning fit's deterministic mode)
+    for the state to keep."""
     with restored_settings():
-        yield
+        return (yield)
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 from tests.isolation import restored_settings
+from tests.paths import REPO
 
 torch = pytest.importorskip("torch")
 from lazystore.torch import safe_open, save_file  # imported after the skip
@@ -54,8 +56,33 @@ def test_restored_settings_puts_back_every_setting_the_body_changed(tmp_path, re
     assert snapshot() == before
 
 
-def test_every_test_runs_inside_restored_settings(request):
-    assert "_restore_process_settings" in request.fixturenames
+LEAKY_MODULE = """
+import pytest, torch
+
+@pytest.fixture(scope="module")
+def fitted():
+    torch.use_deterministic_algorithms(True)  # as a module fixture fitting a Lightning Trainer does
+
+def test_fit(fitted):
+    assert torch.are_deterministic_algorithms_enabled()
+
+def test_after(tmp_path):
+    assert not torch.are_deterministic_algorithms_enabled()
+"""
+
+
+@pytest.mark.slow
+def test_what_a_module_fixture_changes_is_undone_after_the_test(tmp_path):
+    """tests/conftest.py restores around each whole test, higher-scoped
+    fixtures included (here in a pytest run of its own, with that conftest
+    as its plugin)."""
+    (tmp_path / "test_leaky.py").write_text(LEAKY_MODULE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider",
+                          f"--basetemp={tmp_path / 'base'}", "test_leaky.py"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "2 passed" in run.stdout
 
 
 def test_float4_tensors_save_again_after_a_deterministic_trainer(tmp_path):
