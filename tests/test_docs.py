@@ -132,6 +132,7 @@ def skip_without_extras(chain: Chain) -> None:
 CHAINS = chains(DOCS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chain", CHAINS, ids=[c.id for c in CHAINS])
 def test_doc_block_runs(chain, tmp_path, monkeypatch):
     skip_without_extras(chain)

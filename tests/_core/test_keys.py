@@ -17,6 +17,7 @@ def table(names: list[str]) -> KeyTable:
     return KeyTable("".join(n + "\0" for n in names), len(names))
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(300), deadline=None)
 @given(names=names_strategy, probes=st.lists(st.text(max_size=6), max_size=20))
 def test_every_lookup_agrees_with_the_list(names, probes):

@@ -177,6 +177,7 @@ def _reencoded(paths, states, how):
         paths[0].unlink()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["raw", "zstd-level", "delta-against-another", "keyframe"])
 def test_a_base_rewritten_with_the_same_content_keeps_its_dependents_valid(chain, how):
     paths, states = chain
@@ -433,6 +434,7 @@ def test_a_base_a_reader_would_refuse_is_refused_before_writing(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["fifo.lzy", "link.lzy", "out"]
 
 
+@pytest.mark.slow
 def test_a_base_already_at_the_chain_limit_is_refused_before_writing(tmp_path):
     from lazystore._native.base_ref import MAX_CHAIN
 

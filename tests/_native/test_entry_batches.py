@@ -147,6 +147,7 @@ def many_blob(tmp_path_factory) -> tuple[bytes, list[str]]:
     return path.read_bytes(), names
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lies=st.lists(st.tuples(st.integers(0, 23), st.sampled_from(FIELDS + ("chunk",)), VALUES, st.integers(0, 10**6)),
                      min_size=1, max_size=4))

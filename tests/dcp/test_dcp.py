@@ -270,6 +270,7 @@ def test_protocol_surface():
         LazyStoreWriter("a", compression="lzma")
 
 
+@pytest.mark.slow
 def test_import_lazystore_does_not_import_torch():
     code = "import sys, lazystore; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

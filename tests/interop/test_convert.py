@@ -104,6 +104,7 @@ def run(capsys, *argv):
     return code, out, err
 
 
+@pytest.mark.slow
 def test_cli_converts_every_way(capsys, tmp_path):
     rng = np.random.default_rng(0)
     tensors = {"w": rng.standard_normal((64, 32)).astype(np.float32),

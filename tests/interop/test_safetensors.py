@@ -208,6 +208,7 @@ def test_writer_refuses_what_safetensors_cannot_hold(tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing left behind
 
 
+@pytest.mark.slow
 def test_minilm_both_ways_bit_exact(tmp_path, minilm):
     src = minilm
     ref = stnp.load_file(str(src))

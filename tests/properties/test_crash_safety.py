@@ -172,6 +172,7 @@ def test_killed_manager_in_retention_keeps_a_restorable_step(tmp_path):
     assert last > KILLS, "the saver barely saved; kill later"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_a_reader_keeps_its_version_while_the_file_is_replaced(tmp_path, compression):
     target = tmp_path / "ck.lzy"

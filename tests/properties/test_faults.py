@@ -88,6 +88,7 @@ def published(faults: SyscallFaults) -> bool:
     return "replace" in faults.log[: faults.failed[0] - 1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", list(STATES))
 @pytest.mark.parametrize("errnum", ERRNOS, ids=errno.errorcode.get)
 @pytest.mark.parametrize("compression", [None, "zstd"])
@@ -121,6 +122,7 @@ def test_every_failing_call_of_a_save_through_a_symlink_keeps_the_link_and_the_c
     assert check_one_of(path, new) is new and link.is_symlink()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("errnum", ERRNOS, ids=errno.errorcode.get)
 def test_every_failing_call_of_a_manager_save_keeps_every_listed_step(tmp_path, errnum):
     folder = tmp_path / "ckpts"
@@ -148,6 +150,7 @@ def test_every_failing_call_of_a_manager_save_keeps_every_listed_step(tmp_path, 
     assert sorted(os.listdir(folder)) == [checkpoint_name(2), checkpoint_name(3)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("errnum", ERRNOS, ids=errno.errorcode.get)
 def test_every_failing_call_of_a_safetensors_save_keeps_the_previous_file(tmp_path, errnum):
     src, path = tmp_path / "src.lzy", tmp_path / "out.safetensors"
@@ -205,6 +208,7 @@ def test_a_failing_background_flush_fails_the_save(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["ck.lzy"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("errnum", ERRNOS, ids=errno.errorcode.get)
 def test_every_failing_call_of_a_sharded_save_keeps_the_previous_folder(tmp_path, errnum):
     folder = tmp_path / "ckpt"

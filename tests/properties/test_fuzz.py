@@ -328,6 +328,7 @@ def test_seeds_are_valid(seeds, tmp_path):
 # --- lazystore files --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @seed(SEED)
 @FUZZ
 @given(which=st.integers(0, 1), muts=mutations)
@@ -353,6 +354,7 @@ def test_fuzz_lazystore_index_with_valid_checksum(tmp_path, which, muts):
     exercise(path, keep_as="lazystore")
 
 
+@pytest.mark.slow
 @seed(SEED)
 @FUZZ
 @given(which=st.integers(0, 1), muts=mutations)
@@ -465,6 +467,7 @@ def dumps_with_dups(value) -> str:
     return json.dumps(value)
 
 
+@pytest.mark.slow
 @seed(SEED)
 @FUZZ
 @given(which=st.integers(0, 1), edits=st.lists(json_edit, min_size=1, max_size=4))
@@ -490,6 +493,7 @@ def copy_folder(src: Path, dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow
 @seed(SEED)
 @FUZZ
 @given(which=st.sampled_from(["shards", "hf"]), shard=st.integers(0, 2), refix=st.booleans(), muts=mutations)
@@ -516,6 +520,7 @@ SHARD_NAME_EDITS = st.sampled_from([
 ])
 
 
+@pytest.mark.slow
 @seed(SEED)
 @FUZZ
 @given(which=st.sampled_from(["shards", "hf"]),
@@ -551,6 +556,7 @@ def tree_seed():
     return structure, {k: tree.as_array(v) for k, v in leaves.items()}
 
 
+@pytest.mark.slow
 @seed(SEED)
 @FUZZ
 @given(edits=st.lists(json_edit, min_size=1, max_size=4), drop=st.sets(st.integers(0, 8), max_size=2))

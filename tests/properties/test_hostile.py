@@ -399,6 +399,7 @@ def chunk_counts_wrap_around(p: Parts):
     del p.data[64:]
 
 
+@pytest.mark.slow
 def test_chunk_counts_wrapping_around_2_64(parts, tmp_path):
     # Run in a child process: this file has crashed the interpreter
     # (a segfault inside numpy) instead of raising, which would take the

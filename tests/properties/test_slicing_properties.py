@@ -38,6 +38,7 @@ def assert_same_result(got, expected, what=""):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(200), **SETTINGS)
 @given(data=st.data())
 def test_strategies_produce_valid_values(data):
@@ -58,6 +59,7 @@ def test_strategies_produce_valid_values(data):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(300), **SETTINGS)
 @given(
     data=st.data(),
@@ -107,6 +109,7 @@ def compressed_files(folder):
     return paths
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(300), **SETTINGS)
 @given(data=st.data(), name=st.sampled_from(sorted(COMPRESSED_CASES)))
 def test_get_slice_of_compressed_chunks_matches_numpy(compressed_files, data, name):
@@ -116,6 +119,7 @@ def test_get_slice_of_compressed_chunks_matches_numpy(compressed_files, data, na
         assert_same_result(ck.get_slice(name)[idx], arr[idx], repr(idx))
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(150), **SETTINGS)
 @given(
     data=st.data(),

@@ -66,6 +66,7 @@ ranges = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(300), deadline=None)
 @given(ranges, st.integers(0, 100), st.integers(1, 800))
 def test_properties(rs, max_gap, max_size):

@@ -124,6 +124,7 @@ def test_clean_reads(served, read):
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("read", READS)
 @pytest.mark.parametrize("status", [500, 502, 503, 504, 429, 408])
 def test_transient_statuses_are_retried(served, read, status):
@@ -135,6 +136,7 @@ def test_transient_statuses_are_retried(served, read, status):
     assert [r.status for r in gets].count(status) == ATTEMPTS - 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("read", READS)
 @pytest.mark.parametrize("fault", ["cut", "short", "shifted", "reset"])  # "whole": test_range_ignored.py
 def test_broken_answers_are_retried(served, read, fault):
@@ -146,6 +148,7 @@ def test_broken_answers_are_retried(served, read, fault):
     assert len(gets) == RANGES[read] + ATTEMPTS - 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("read", READS)
 @pytest.mark.parametrize("fault", ["error", "cut", "short", "shifted"])
 def test_retries_are_bounded_then_a_remote_error(served, read, fault):
@@ -160,6 +163,7 @@ def test_retries_are_bounded_then_a_remote_error(served, read, fault):
     assert time.perf_counter() - t0 < 2
 
 
+@pytest.mark.slow
 def test_the_error_names_the_url_the_range_the_attempts_and_the_cause(served):
     server, url, _ = served
     with ls.open(url) as ck:
@@ -181,6 +185,7 @@ def test_a_failure_among_parallel_ranges_is_retried_alone(served):
         [[(r.start, r.stop)] for r in gets if r.fault is None]  # the failed range, asked again
 
 
+@pytest.mark.slow
 def test_retry_after_is_honoured(served):
     server, url, arrays = served
     t0 = time.perf_counter()
@@ -189,6 +194,7 @@ def test_retry_after_is_honoured(served):
     assert time.perf_counter() - t0 >= 1
 
 
+@pytest.mark.slow
 def test_a_long_retry_after_is_capped(served, monkeypatch):
     server, url, arrays = served
     monkeypatch.setattr(remote, "MAX_RETRY_AFTER", 0.2)
@@ -218,6 +224,7 @@ def test_a_refusal_is_not_retried(served, status, code):
     assert len(gets) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("read", READS)
 def test_connections_reset_every_time_are_a_remote_error(served, read):
     server, url, arrays = served
@@ -256,6 +263,7 @@ def test_a_503_while_asking_the_size_is_retried(served):
     assert [r.status for r in server.requests[:3]] == [503, 503, 200]
 
 
+@pytest.mark.slow
 def test_a_size_that_never_comes_is_a_remote_error_not_a_missing_file(served):
     server, url, _ = served
     server.plan = Every(1, "error", method=None)
@@ -279,6 +287,7 @@ def test_a_missing_object_is_still_file_not_found(server):
     assert len(server.requests) == 2  # HEAD and GET, not retried
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["error", "cut", "short", "shifted", "reset"])
 def test_a_failed_index_read_is_retried(served, fault):
     server, url, arrays = served
@@ -472,6 +481,7 @@ def flipped_on_every_fetch(server, ck, damaged: list[str]) -> bool:
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 def test_random_faults_never_give_wrong_data(tmp_path, server, quick, seed):
     rng = np.random.default_rng(seed)
@@ -518,6 +528,7 @@ def test_random_faults_never_give_wrong_data(tmp_path, server, quick, seed):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_random_faults_depend_on_the_seed_and_the_request_not_on_order(server):
     server.files["x"] = bytes(range(256)) * 64
     runs = []
@@ -624,6 +635,7 @@ def assert_nothing_left(fs, bucket, before: bytes | None):
         assert fs.cat_file(f"{bucket}/ck.lzy") == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("existing", [False, True], ids=["new", "over an old one"])
 def test_s3_a_save_whose_input_fails_midway_leaves_nothing(s3, existing):
     fs, bucket, url, options = s3
@@ -637,6 +649,7 @@ def test_s3_a_save_whose_input_fails_midway_leaves_nothing(s3, existing):
     assert_nothing_left(fs, bucket, before)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failing", ["create_multipart_upload", "upload_part", "complete_multipart_upload"])
 def test_s3_a_save_whose_upload_fails_midway_is_a_remote_error_and_leaves_nothing(s3, monkeypatch, failing):
     fs, bucket, url, options = s3
@@ -657,6 +670,7 @@ def test_s3_a_save_whose_upload_fails_midway_is_a_remote_error_and_leaves_nothin
     assert_nothing_left(fs, bucket, before)
 
 
+@pytest.mark.slow
 def test_s3_an_abort_that_fails_once_is_tried_again(s3, monkeypatch):
     fs, bucket, url, options = s3
 
@@ -675,6 +689,7 @@ def test_s3_an_abort_that_fails_once_is_tried_again(s3, monkeypatch):
     assert_nothing_left(fs, bucket, None)
 
 
+@pytest.mark.slow
 def test_s3_an_object_replaced_while_open_is_detected(tmp_path, s3):
     fs, bucket, url, options = s3
     arrays = tensors(8)

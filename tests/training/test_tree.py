@@ -302,6 +302,7 @@ def _states(draw):
         max_leaves=12))
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(150), deadline=None)
 @given(obj=_states())
 def test_random_nested_states_roundtrip(tmp_path_factory, obj):
@@ -645,6 +646,7 @@ def _run(code: str, cwd) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_numpy_only_use_never_imports_torch(tmp_path):
     proc = _run("""
         import sys, math, numpy as np, lazystore as ls
@@ -663,6 +665,7 @@ def test_numpy_only_use_never_imports_torch(tmp_path):
     assert proc.stdout.strip() == "ok"
 
 
+@pytest.mark.slow
 def test_without_torch_installed(tmp_path):
     ls.save({"model": {"w": torch.ones(2, dtype=torch.bfloat16)}, "step": 3}, tmp_path / "t.lzy")
     proc = _run("""

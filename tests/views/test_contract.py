@@ -364,6 +364,7 @@ def test_get_slice_handle(case):
                 len(sl)
 
 
+@pytest.mark.slow
 def test_get_slice_values(case):
     v = case.view
     checked = 0
@@ -524,6 +525,7 @@ def test_metadata(case):
     assert v.select([NAME]).metadata == case.kind.metadata
 
 
+@pytest.mark.slow
 def test_after_close_every_method_raises_closed_error(case):
     v = case.view
     kept = {n: v[n] for n in case.names}
