@@ -276,6 +276,7 @@ def test_import_lazystore_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.slow
 def test_save_without_collectives_writes_rank_metadata(tmp_path):
     sd = _small_state()
     with warnings.catch_warnings():
@@ -287,6 +288,7 @@ def test_save_without_collectives_writes_rank_metadata(tmp_path):
     assert torch.equal(out["w"], sd["w"]) and out["epoch"] == 3
 
 
+@pytest.mark.slow
 def test_a_save_with_fewer_ranks_removes_the_older_saves_rank_files(saved, tmp_path):
     folder = tmp_path / "ck"
     shutil.copytree(saved / "raw", folder)

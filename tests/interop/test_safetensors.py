@@ -189,6 +189,7 @@ def test_written_file_loads_in_safetensors(tmp_path):
         ck["f32"]
 
 
+@pytest.mark.slow
 def test_nested_state_survives_a_safetensors_round_trip(tmp_path):
     state = {"model": {"w": np.ones((2, 3), np.float32)}, "opt": [np.arange(4)], "epoch": 3}
     ls.save(state, tmp_path / "s.lzy")

@@ -104,6 +104,7 @@ def test_every_failing_call_of_a_save_keeps_the_previous_checkpoint(tmp_path, co
     assert check_one_of(path, new) is new
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("errnum", ERRNOS, ids=errno.errorcode.get)
 def test_every_failing_call_of_a_save_through_a_symlink_keeps_the_link_and_the_checkpoint(tmp_path, errnum):
     # The partial file is made beside the link's target, in another folder.
@@ -170,6 +171,7 @@ def test_every_failing_call_of_a_safetensors_save_keeps_the_previous_file(tmp_pa
         assert same(ck, state(3))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", list(STATES))
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_short_writes_still_write_every_byte(tmp_path, compression, version):

@@ -312,6 +312,7 @@ def convert_to_safetensors(state, path) -> None:
             w.add(key, tree.as_array(leaf))
 
 
+@pytest.mark.slow
 def test_seeds_are_valid(seeds, tmp_path):
     # The harness accepts every unmutated seed without any error at all.
     for reader in ("lazystore", "safetensors"):
@@ -339,6 +340,7 @@ def test_fuzz_lazystore_bytes(tmp_path, which, muts):
     exercise(path, keep_as="lazystore")
 
 
+@pytest.mark.slow
 @seed(SEED)
 @FUZZ
 @given(which=st.integers(0, 1), muts=mutations)

@@ -620,6 +620,7 @@ def open_peak(path) -> tuple[Exception | None, int]:
     return attempt(go)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("element", [b"[]", b"{}", b'{"a":0}', b"[[]]", b"0"])
 def test_metadata_with_more_values_than_the_bound_is_refused_before_it_is_parsed(parts, tmp_path, monkeypatch,
                                                                                   element):
@@ -1042,6 +1043,7 @@ def test_fuzz_only_lazystore_errors_escape(fuzz_base, tmp_path, mutations):
         pass
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzz_data_bytes_only(fuzz_base, tmp_path, data):
@@ -1270,6 +1272,7 @@ def test_hostile_sharded_index_text(shard_folder, name):
     expect_rejected_by_open_or_load(shard_folder)
 
 
+@pytest.mark.slow
 def test_sharded_index_of_absurd_size(shard_folder):
     # A sparse index file past the 1 GiB limit: refused from its size alone,
     # without reading (or allocating) it.
@@ -1281,6 +1284,7 @@ def test_sharded_index_of_absurd_size(shard_folder):
     expect_rejected_by_open_or_load(shard_folder)
 
 
+@pytest.mark.slow
 def test_hostile_shard_inside_a_folder(shard_folder):
     # One shard's index lies (valid checksum): the folder is refused as the file would be.
     shard = sorted(shard_folder.glob("model-*.lzy"))[1]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -69,6 +70,7 @@ def _remove(path) -> None:
 KINDS = ["flip", "flip", "flip", "truncate", "empty", "folder", "dangling", "delete"]  # flips: most varied
 
 
+@pytest.mark.slow
 @settings(max_examples=EXAMPLES, deadline=None, database=None, print_blob=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(delta=st.booleans(), compression=st.sampled_from([None, "zstd"]),

@@ -95,6 +95,7 @@ def _file_writes(monkeypatch, folder) -> list[tuple[str, int, int]]:
     return log
 
 
+@pytest.mark.slow
 def test_writes_start_and_end_on_block_boundaries(tmp_path, monkeypatch):
     # The page cache is filled in folios sized and aligned by each write;
     # a mapped read then faults a folio at a time (see sinks/local.py).

@@ -169,6 +169,7 @@ def test_without_aiohttp_middlewares_the_whole_answer_is_still_refused_once(tmp_
     assert plain_server.settled()[0] == 1
 
 
+@pytest.mark.slow
 def test_the_users_own_aiohttp_middlewares_still_run(tmp_path, server):
     # Per-request middlewares replace the session's in aiohttp: lazystore's
     # check must come in addition to the user's (an auth middleware, say).

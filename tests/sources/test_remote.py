@@ -56,6 +56,7 @@ def within(server, start, stop) -> bool:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_opening_costs_at_most_two_small_requests(served):
     server, url, arrays = served
     with ls.open(url) as ck:
@@ -73,6 +74,7 @@ def test_a_large_index_takes_one_more_range(tmp_path, server):
         assert len(server.gets) == 2  # the tail, then the rest of the index (format §13.1)
 
 
+@pytest.mark.slow
 def test_a_tensor_fetches_exactly_its_stored_bytes(served):
     server, url, arrays = served
     with ls.open(url) as ck:
@@ -85,6 +87,7 @@ def test_a_tensor_fetches_exactly_its_stored_bytes(served):
         assert len(server.gets) == 1  # its chunks are neighbours: one request
 
 
+@pytest.mark.slow
 def test_a_compressed_slice_fetches_only_the_chunks_it_needs(tmp_path, server):
     arrays = tensors(2)
     server.files["ck.lzy"] = file_bytes(tmp_path, arrays, compression="zstd", chunk_bytes=8192)  # 16 rows a chunk
@@ -101,6 +104,7 @@ def test_a_compressed_slice_fetches_only_the_chunks_it_needs(tmp_path, server):
         assert len(server.gets) == 1
 
 
+@pytest.mark.slow
 def test_a_raw_slice_fetches_only_the_chunks_it_needs(tmp_path, server):
     arrays = tensors(2)
     server.files["ck.lzy"] = file_bytes(tmp_path, arrays, chunk_bytes=8192)

@@ -39,6 +39,8 @@ from lazystore.testing.rangeserver import (
 )
 from tests.sources.checkpoints import SHAPE, file_bytes, tensors
 
+pytestmark = pytest.mark.slow  # (pyproject.toml: the quick tier leaves these out)
+
 NAMES = [f"layer.{i}.weight" for i in range(8)]
 APART = ["layer.0.weight", "layer.3.weight", "layer.6.weight"]  # never merged, even compressed: three ranges
 
@@ -124,7 +126,6 @@ def test_clean_reads(served, read):
 
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("read", READS)
 @pytest.mark.parametrize("status", [500, 502, 503, 504, 429, 408])
 def test_transient_statuses_are_retried(served, read, status):
@@ -136,7 +137,6 @@ def test_transient_statuses_are_retried(served, read, status):
     assert [r.status for r in gets].count(status) == ATTEMPTS - 1
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("read", READS)
 @pytest.mark.parametrize("fault", ["cut", "short", "shifted", "reset"])  # "whole": test_range_ignored.py
 def test_broken_answers_are_retried(served, read, fault):
@@ -148,7 +148,6 @@ def test_broken_answers_are_retried(served, read, fault):
     assert len(gets) == RANGES[read] + ATTEMPTS - 1
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("read", READS)
 @pytest.mark.parametrize("fault", ["error", "cut", "short", "shifted"])
 def test_retries_are_bounded_then_a_remote_error(served, read, fault):
@@ -163,7 +162,6 @@ def test_retries_are_bounded_then_a_remote_error(served, read, fault):
     assert time.perf_counter() - t0 < 2
 
 
-@pytest.mark.slow
 def test_the_error_names_the_url_the_range_the_attempts_and_the_cause(served):
     server, url, _ = served
     with ls.open(url) as ck:
@@ -185,7 +183,6 @@ def test_a_failure_among_parallel_ranges_is_retried_alone(served):
         [[(r.start, r.stop)] for r in gets if r.fault is None]  # the failed range, asked again
 
 
-@pytest.mark.slow
 def test_retry_after_is_honoured(served):
     server, url, arrays = served
     t0 = time.perf_counter()
@@ -194,7 +191,6 @@ def test_retry_after_is_honoured(served):
     assert time.perf_counter() - t0 >= 1
 
 
-@pytest.mark.slow
 def test_a_long_retry_after_is_capped(served, monkeypatch):
     server, url, arrays = served
     monkeypatch.setattr(remote, "MAX_RETRY_AFTER", 0.2)
@@ -224,7 +220,6 @@ def test_a_refusal_is_not_retried(served, status, code):
     assert len(gets) == 1
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("read", READS)
 def test_connections_reset_every_time_are_a_remote_error(served, read):
     server, url, arrays = served
@@ -263,7 +258,6 @@ def test_a_503_while_asking_the_size_is_retried(served):
     assert [r.status for r in server.requests[:3]] == [503, 503, 200]
 
 
-@pytest.mark.slow
 def test_a_size_that_never_comes_is_a_remote_error_not_a_missing_file(served):
     server, url, _ = served
     server.plan = Every(1, "error", method=None)
@@ -287,7 +281,6 @@ def test_a_missing_object_is_still_file_not_found(server):
     assert len(server.requests) == 2  # HEAD and GET, not retried
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["error", "cut", "short", "shifted", "reset"])
 def test_a_failed_index_read_is_retried(served, fault):
     server, url, arrays = served
@@ -481,7 +474,6 @@ def flipped_on_every_fetch(server, ck, damaged: list[str]) -> bool:
     return True
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 def test_random_faults_never_give_wrong_data(tmp_path, server, quick, seed):
     rng = np.random.default_rng(seed)
@@ -528,7 +520,6 @@ def test_random_faults_never_give_wrong_data(tmp_path, server, quick, seed):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_random_faults_depend_on_the_seed_and_the_request_not_on_order(server):
     server.files["x"] = bytes(range(256)) * 64
     runs = []
@@ -635,7 +626,6 @@ def assert_nothing_left(fs, bucket, before: bytes | None):
         assert fs.cat_file(f"{bucket}/ck.lzy") == before
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("existing", [False, True], ids=["new", "over an old one"])
 def test_s3_a_save_whose_input_fails_midway_leaves_nothing(s3, existing):
     fs, bucket, url, options = s3
@@ -649,7 +639,6 @@ def test_s3_a_save_whose_input_fails_midway_leaves_nothing(s3, existing):
     assert_nothing_left(fs, bucket, before)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("failing", ["create_multipart_upload", "upload_part", "complete_multipart_upload"])
 def test_s3_a_save_whose_upload_fails_midway_is_a_remote_error_and_leaves_nothing(s3, monkeypatch, failing):
     fs, bucket, url, options = s3
@@ -670,7 +659,6 @@ def test_s3_a_save_whose_upload_fails_midway_is_a_remote_error_and_leaves_nothin
     assert_nothing_left(fs, bucket, before)
 
 
-@pytest.mark.slow
 def test_s3_an_abort_that_fails_once_is_tried_again(s3, monkeypatch):
     fs, bucket, url, options = s3
 
@@ -689,7 +677,6 @@ def test_s3_an_abort_that_fails_once_is_tried_again(s3, monkeypatch):
     assert_nothing_left(fs, bucket, None)
 
 
-@pytest.mark.slow
 def test_s3_an_object_replaced_while_open_is_detected(tmp_path, s3):
     fs, bucket, url, options = s3
     arrays = tensors(8)

@@ -122,6 +122,7 @@ def test_map_location(saved, map_location):
     assert model.net.weight.device == torch.device("cpu")
 
 
+@pytest.mark.slow
 def test_a_datamodule_loads_its_hyper_parameters_and_state(saved):
     data = quietly(load_from_checkpoint, TinyData, saved[0] / "lazy.ckpt")
     assert type(data) is TinyData and data.hparams.batch_size == 4 and data.hparams.root == Path("data")
@@ -135,6 +136,7 @@ def test_not_a_lightning_class_is_refused_before_reading(tmp_path):
         load_from_checkpoint(torch.nn.Linear, tmp_path / "missing.ckpt")
 
 
+@pytest.mark.slow
 def test_validate_and_test_with_ckpt_path_read_the_plugins_file(saved, tmp_path):
     root, trained = saved
     io = LazyStoreCheckpointIO()

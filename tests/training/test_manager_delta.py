@@ -131,6 +131,7 @@ def test_keep_best_keeps_the_best_restorable_when_its_keyframe_goes(tmp_path):
     assert mgr.metrics(2) == {"loss": 1.0}  # metrics survive rewriting
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("again", [1, 2, 3])
 def test_saving_a_step_again_rewrites_what_depends_on_it(tmp_path, again):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=10)
@@ -151,6 +152,7 @@ def test_a_new_manager_continues_the_series(tmp_path):
     assert list(base_names(mgr).values()).count(None) == 1
 
 
+@pytest.mark.slow
 def test_a_manager_without_delta_still_keeps_the_bases_its_checkpoints_need(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=5)
     for step in range(1, 4):

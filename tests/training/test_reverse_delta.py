@@ -135,6 +135,7 @@ def test_a_folder_of_format_1_2_deltas_is_migrated_on_the_next_save(tmp_path, le
     check_folder(mgr)
 
 
+@pytest.mark.slow
 def test_a_reader_holding_the_previous_checkpoint_open_reads_it_through_its_rewrite(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd")
     mgr.save(1, state(1))

@@ -339,6 +339,7 @@ def test_torch_leaves_every_dtype(tmp_path, dtype):
         assert ck["t"].dtype == np.dtype(NUMPY_OF.get(dtype) or obj["t"].numpy().dtype)
 
 
+@pytest.mark.slow
 def test_bfloat16_bits_survive(tmp_path):
     bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)  # every bf16 pattern, NaNs too
     t = bits.view(torch.bfloat16)

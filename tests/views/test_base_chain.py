@@ -198,6 +198,7 @@ def test_a_link_to_a_file_in_the_same_folder_is_followed(tmp_path):
     assert ls.load(top)["w"].tobytes() == _step(1)["w"].tobytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["%2E%2E", "..#x", "..?q=", "%2e%2E", "a%2Fb"])
 def test_a_remote_base_name_never_asks_for_another_url(tmp_path, name):
     from lazystore.testing.rangeserver import RangeServer

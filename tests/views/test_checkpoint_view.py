@@ -260,6 +260,7 @@ def test_verify_names_the_corrupt_tensor(path):
         assert ck.verify(["compressed"]) == []
 
 
+@pytest.mark.slow
 def test_verify_of_many_small_tensors_names_each_corrupt_one(tmp_path):
     # verify() checks small tensors in batches (one pool task each): a
     # damaged tensor or padding anywhere in a batch is still named alone.
