@@ -3,7 +3,6 @@
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES
 from lazystore._core.dtypes import DTYPES
 from lazystore._native.layout import FORMAT_MAJOR, FORMAT_MINOR
-from lazystore._native.writer import Writer
 from lazystore.api import load, open, save
 from lazystore.codecs import ZstdPlanes
 from lazystore.errors import (
@@ -31,6 +30,7 @@ from lazystore.torch.handle import safe_open
 from lazystore.training.manager import CheckpointManager
 from lazystore.views.base import TensorInfo
 from lazystore.views.checkpoint import CheckpointView, TensorSlice
+from lazystore.writing.writer import Writer
 
 __version__ = "0.1.0"
 FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"

@@ -17,17 +17,17 @@ from pathlib import Path
 from lazystore._core import arguments, frameworks, staging, ties, torch_reads
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore._native.base_ref import BASE_KEY
-from lazystore._native.writer import Writer
 from lazystore.errors import BaseCheckpointError, InvalidInputError
 from lazystore.interop import targets
-from lazystore.interop.detect import open_file, open_view
-from lazystore.interop.folders import open_checkpoint_folder
+from lazystore.interop.detect import open_view
+from lazystore.interop.folders import open_path
 from lazystore.interop.safetensors import SafetensorsWriter
 from lazystore.interop.sharded_writer import ShardedWriter
-from lazystore.sources import local_path
 from lazystore.sources.in_memory import BytesSource, check_binary_file, is_file_object, read_file_object
-from lazystore.training import background, tree
+from lazystore.views import tree
 from lazystore.views.checkpoint import CheckpointView
+from lazystore.writing import background
+from lazystore.writing.writer import Writer
 
 # The Writer options save passes on as they are (the others are save's own).
 _WRITER_OPTIONS = ("alignment", "chunk_bytes")
@@ -69,10 +69,7 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None, 
     """
     if is_file_object(path):
         return _open_in_memory(read_file_object(path), verify)
-    try:
-        return open_file(path, verify=verify, storage_options=storage_options, mmap=mmap)
-    except IsADirectoryError:  # only local paths can be folders
-        return open_checkpoint_folder(local_path(path), verify=verify, mmap=mmap)
+    return open_path(path, verify=verify, storage_options=storage_options, mmap=mmap)
 
 
 def save(obj, path, *, compression=None, compression_level: int | None = None,

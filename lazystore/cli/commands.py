@@ -33,7 +33,7 @@ from lazystore.interop import carried_metadata, copy
 
 # The nested-state marker has no public name: TREE_KEY in system_metadata is
 # how ls.load itself tells training state from a flat checkpoint.
-from lazystore.training.tree import TREE_KEY
+from lazystore.views.tree import TREE_KEY
 
 # verify checks tensors in steps of about this many stored bytes, so the
 # progress bar moves while each step is still checked in parallel. (Not to be

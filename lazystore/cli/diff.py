@@ -21,7 +21,7 @@ from lazystore.cli.errors import about
 from lazystore.cli.inputs import open_input
 from lazystore.cli.progress import progress
 from lazystore.cli.text import dtype_name, format_shape, one_value, plural, short_json
-from lazystore.training.tree import TREE_KEY, looked_through
+from lazystore.views.tree import TREE_KEY, looked_through
 
 # diff reads tensors in blocks of about this many bytes per file.
 DIFF_BLOCK_BYTES = 16 << 20

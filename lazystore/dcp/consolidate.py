@@ -20,14 +20,14 @@ import numpy as np
 
 from lazystore._core import frameworks, globs
 from lazystore._core.naming import naming
-from lazystore._native.writer import Writer
 from lazystore.dcp.folders import DcpFolder
 from lazystore.dcp.saved import SavedBytes, SavedTensor
 from lazystore.dcp.torch_chunks import Unloadable, load_value
 from lazystore.errors import InvalidInputError
+from lazystore.writing.writer import Writer
 
 # Rows of a full tensor assembled at once (the writer then holds up to its
-# own window, lazystore._native.writer.WINDOW_BYTES, of them).
+# own window, lazystore.writing.writer.WINDOW_BYTES, of them).
 BAND_BYTES = 16 << 20
 # A non-tensor item larger than this is not read: what goes into a file's
 # metadata is small (a step, a learning rate, a config).

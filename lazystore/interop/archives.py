@@ -30,7 +30,7 @@ from lazystore._core import torch_arrays as torch_adapter
 from lazystore._core.torch_refusals import refusal_reason
 from lazystore.errors import FormatError
 from lazystore.interop import npz, safetensors
-from lazystore.training import tree
+from lazystore.views import tree
 from lazystore.views.arrays import ArraysView
 from lazystore.views.base import TensorInfo
 

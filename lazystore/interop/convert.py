@@ -23,14 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from lazystore import api
 from lazystore._core.blocks import blocks
 from lazystore._native.base_ref import BASE_KEY
-from lazystore._native.writer import Writer
 from lazystore.errors import ChecksumError, VerificationUnavailableError
 from lazystore.interop import archives
+from lazystore.interop.folders import open_path
 from lazystore.interop.safetensors import SafetensorsWriter
-from lazystore.training import tree
+from lazystore.views import tree
+from lazystore.writing.writer import Writer
 
 # Tensors larger than this are copied a block at a time.
 COPY_BLOCK_BYTES = 16 << 20
@@ -130,7 +130,7 @@ def _open(src):
         return src, False, False
     # Unmapped: a converter reads each byte once, and a mapping would keep
     # every page it read resident, however large the checkpoint.
-    return api.open(src, verify=True, mmap=False), True, True
+    return open_path(src, verify=True, mmap=False), True, True
 
 
 def to_safetensors(src, dst, *, storage_options: Mapping | None = None) -> None:

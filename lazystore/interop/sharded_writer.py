@@ -38,11 +38,11 @@ from pathlib import Path
 import numpy as np
 
 from lazystore._core import arguments
-from lazystore._native.writer import Writer
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.interop.sharded import INDEX_FORMAT, INDEX_NAME, INDEX_VERSION, SHARD_KEY, read_index_json
 from lazystore.sinks import CloseOrAbort, fsync_dir, open_sink
 from lazystore.sinks.partials import folder_lock, remove_stale_held
+from lazystore.writing.writer import Writer
 
 STAGING_PREFIX = ".lazystore-save-"
 STAGING_NAME = re.compile(re.escape(STAGING_PREFIX) + r"(?P<id>[0-9a-f]{32})")

@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from lazystore import api
 from lazystore._core import arguments, ties, torch_arrays
 from lazystore._core.torch_reads import tensors_of
-from lazystore._native.writer import Writer
 from lazystore.api import open as open_checkpoint
 from lazystore.api import open_bytes
 from lazystore.errors import InvalidInputError
+from lazystore.writing.writer import Writer
 
 # safetensors' own I/O strategies; lazystore chooses its own (a map of a
 # local file, range requests for a URL), so either is accepted and means that.

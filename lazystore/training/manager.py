@@ -10,7 +10,7 @@ alone by any manager opened on the folder.
 
 Saves can run in the background (``blocking=False``): the state is
 snapshotted on the caller's thread and written by the manager's worker
-thread (:mod:`~lazystore.training.background`), one save at a time.
+thread (:mod:`~lazystore.writing.background`), one save at a time.
 
 One manager saves into a folder at a time, and any number may read it: a
 manager holds the folder's lock file from its first save to ``close()``
@@ -37,11 +37,13 @@ import numpy as np
 
 from lazystore import api
 from lazystore._native.base_ref import MAX_CHAIN
-from lazystore._native.writer import Writer
 from lazystore.codecs import codec_for
 from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
 from lazystore.sinks import fsync_dir
-from lazystore.training import background, chains, damage, rebasing, reverse, saver_lock, tree
+from lazystore.training import chains, damage, rebasing, reverse, saver_lock
+from lazystore.views import tree
+from lazystore.writing import background
+from lazystore.writing.writer import Writer
 
 log = logging.getLogger("lazystore")
 MANAGER_KEY = "__lazystore_manager__"

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 from lazystore import api
 from lazystore._native.base_ref import BASE_KEY
-from lazystore._native.writer import Writer
 from lazystore.errors import LazyStoreError
 from lazystore.sinks import fsync_dir
 from lazystore.training.chains import Series
 from lazystore.training.damage import READ_ERRORS, Damaged, check, describe
+from lazystore.writing.writer import Writer
 
 
 def rewrite(mgr, step: int, base: int | None, checked: set[int]) -> None:

@@ -58,7 +58,7 @@ from hypothesis import strategies as st
 import lazystore as ls
 from lazystore._native.layout import TRAILER
 from lazystore.interop import sharded
-from lazystore.training import tree
+from lazystore.views import tree
 from tests.paths import DATA
 
 EXAMPLES = int(os.environ.get("LAZYSTORE_FUZZ_EXAMPLES", "150"))

@@ -25,9 +25,9 @@ import lazystore as ls
 from lazystore import api
 from lazystore.testing.faults import SyscallFaults
 from lazystore.testing.strategies import same_tree
-from lazystore.training import background
-from lazystore.training.background import SaveFuture
 from lazystore.training.saver_lock import LOCK_NAME
+from lazystore.writing import background
+from lazystore.writing.background import SaveFuture
 
 
 def state(step: int) -> dict:

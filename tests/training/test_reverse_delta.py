@@ -14,11 +14,11 @@ import pytest
 
 import lazystore as ls
 from lazystore import cli
-from lazystore._native import writer as writer_module
 from lazystore.codecs import delta as delta_codecs
 from lazystore.testing.strategies import same_tree
 from lazystore.training import reverse
 from lazystore.training.saver_lock import LOCK_NAME
+from lazystore.writing import writer as writer_module
 from tests.training.test_manager_delta import base_names, check_folder, moving, state
 
 
@@ -103,7 +103,7 @@ def test_two_whole_files_left_by_a_crash_before_the_rewrite_are_a_valid_series(t
 def legacy_writer(monkeypatch):
     """While active, ls.save(base=...) writes format 1.2 delta files (codec 2,
     16-byte chunk records), as lazystore did before format 1.3."""
-    monkeypatch.setattr("lazystore._native.delta_writer.ContentDeltaPlanes", delta_codecs.DeltaPlanes)
+    monkeypatch.setattr("lazystore.writing.delta_writer.ContentDeltaPlanes", delta_codecs.DeltaPlanes)
     monkeypatch.setattr(writer_module, "CONTENT_DELTA_MINOR", 2)
     records = writer_module._chunk_records
     monkeypatch.setattr(writer_module, "_chunk_records", lambda lengths, sums, bases, deltas: records(

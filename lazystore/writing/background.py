@@ -40,7 +40,7 @@ import numpy as np
 from lazystore._core import ties, torch_arrays
 from lazystore._core.dtypes import spec_for
 from lazystore.errors import ShutdownError
-from lazystore.training import tree
+from lazystore.views import tree
 from lazystore.views.base import ViewBase
 
 log = logging.getLogger("lazystore")

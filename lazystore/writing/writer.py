@@ -28,11 +28,11 @@ from lazystore._core.parallel import run_all, start_all
 from lazystore._core.rechunk import rechunk
 from lazystore._native import layout as fmt
 from lazystore._native.base_ref import BASE_KEY, CONTENT_DELTA_MINOR
-from lazystore._native.delta_writer import DeltaBase
 from lazystore._native.entry_rules import size_problem
 from lazystore.codecs import RAW, codec_for
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.sinks import CloseOrAbort, open_sink
+from lazystore.writing.delta_writer import DeltaBase
 
 _DEFAULT = object()
 # A compressed tensor must save at least this fraction, else it is stored raw
@@ -60,7 +60,7 @@ class Writer(CloseOrAbort):
     ``base`` (a local lazystore file in the same folder as ``path``) makes
     the file a delta file (format 1.3): tensors the base holds with the same
     name, dtype and shape are coded against it (see
-    :mod:`lazystore._native.delta_writer`).
+    :mod:`lazystore.writing.delta_writer`).
     """
 
     def __init__(
