@@ -37,7 +37,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from lazystore._core import arguments, frameworks, strict_json
+from lazystore._core import arguments, frameworks, strict_json, tensor_names
 from lazystore._core.checksum import hasher as new_hasher
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
 from lazystore._core.dtypes import BY_SAFETENSORS, from_safetensors_shape, spec_for, to_safetensors_shape
@@ -318,12 +318,11 @@ class SafetensorsWriter(CloseOrAbort):
         :meth:`lazystore.Writer.add_pieces`), spooled as they come."""
         if self._sink.closed:
             raise ClosedError(f"writer for {self.path} is closed")
-        if not isinstance(name, str):
-            raise InvalidInputError(f"tensor names must be str, got {type(name).__name__}: {name!r}")
+        tensor_names.require_str(name)
+        tensor_names.require_utf8(name)  # the header is JSON read as UTF-8
         if name == "__metadata__":
             raise InvalidInputError("'__metadata__' cannot name a tensor in a safetensors file")
-        if name in self._checksums:
-            raise InvalidInputError(f"duplicate tensor name {name!r}")
+        tensor_names.require_new(name, self._checksums)
         spec = spec_for(dtype)
         st_name = spec.safetensors
         if st_name is None:

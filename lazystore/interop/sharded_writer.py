@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lazystore._core import arguments
+from lazystore._core import arguments, tensor_names
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.interop.sharded import INDEX_FORMAT, INDEX_NAME, INDEX_VERSION, SHARD_KEY, read_index_json
 from lazystore.sinks import CloseOrAbort, fsync_dir, open_sink
@@ -73,6 +73,8 @@ class ShardedWriter(CloseOrAbort):
         self.folder = Path(folder)
         if self.folder.exists() and not self.folder.is_dir():
             raise InvalidInputError(f"{folder}: sharded output needs a folder, and this is a file")
+        # Folders this save makes, deepest first: an aborted first save leaves none behind.
+        self._made = [f for f in (self.folder, *self.folder.parents) if not f.exists()]
         self.folder.mkdir(parents=True, exist_ok=True)
         # What killed saves left goes now, whether or not this save completes.
         remove_unreferenced(self.folder)
@@ -113,8 +115,7 @@ class ShardedWriter(CloseOrAbort):
         it would take the current one past ``max_shard_size``."""
         if self._closed:
             raise ClosedError(f"writer for {self.folder} is closed")
-        if name in self._weight_map:
-            raise InvalidInputError(f"duplicate tensor name {name!r}")
+        tensor_names.require_new(name, self._weight_map)
         # An empty tensor never starts a shard; one larger than the limit gets its own.
         full = self._max is not None and self._size and nbytes and self._size + nbytes > self._max
         if self._current is not None and full:
@@ -158,6 +159,11 @@ class ShardedWriter(CloseOrAbort):
                 except OSError:
                     pass  # never hide the error that made us abort; the next save removes it
         self._release_staging()
+        for folder in self._made:
+            try:
+                folder.rmdir()  # only if empty: nothing anyone else put there is touched
+            except OSError:
+                break
 
     # -- internals -------------------------------------------------------------
 

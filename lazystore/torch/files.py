@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 
 from lazystore import api
-from lazystore._core import arguments, ties, torch_arrays
+from lazystore._core import arguments, tensor_names, ties, torch_arrays
 from lazystore._core.torch_reads import tensors_of
 from lazystore.api import open as open_checkpoint
 from lazystore.api import open_bytes
@@ -104,8 +104,7 @@ def checked(tensors) -> dict[str, str]:
     if not isinstance(tensors, Mapping):
         raise InvalidInputError(f"expected a dict of str to torch.Tensor, got {type(tensors).__name__}")
     for name, t in tensors.items():
-        if not isinstance(name, str):
-            raise InvalidInputError(f"tensor names must be str, got {type(name).__name__}: {name!r}")
+        tensor_names.require_str(name)
         if not isinstance(t, torch.Tensor):
             raise InvalidInputError(f"{name!r} is a {type(t).__qualname__}, not a torch.Tensor")
         torch_arrays.describe(t, repr(name))  # dense, a storable dtype, not on the meta device

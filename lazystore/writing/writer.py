@@ -19,7 +19,7 @@ from functools import partial
 
 import numpy as np
 
-from lazystore._core import arguments, strict_json
+from lazystore._core import arguments, strict_json, tensor_names
 from lazystore._core.batching import batch_by_bytes
 from lazystore._core.checksum import digest
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
@@ -279,16 +279,10 @@ class Writer(CloseOrAbort):
             raise ClosedError(f"writer for {self.path} is closed")
 
     def _check_name(self, name) -> None:
-        if not isinstance(name, str):
-            raise InvalidInputError(f"tensor names must be str, got {type(name).__name__}: {name!r}")
-        if "\0" in name:
-            raise InvalidInputError(f"tensor name {name!r} contains a NUL character")
-        try:
-            name.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidInputError(f"tensor name {name!r} cannot be encoded as UTF-8") from None
-        if name in self._seen:
-            raise InvalidInputError(f"duplicate tensor name {name!r}")
+        tensor_names.require_str(name)
+        tensor_names.require_no_nul(name)
+        tensor_names.require_utf8(name)
+        tensor_names.require_new(name, self._seen)
 
     def _write(self, data) -> int:
         return self._write_many((data,))[0]
