@@ -32,7 +32,7 @@ import numpy as np
 
 from lazystore._core.scratch import scratch
 from lazystore.codecs import compiled
-from lazystore.codecs.base import Codec
+from lazystore.codecs.base import DeltaCodec
 from lazystore.codecs.zstd import ZstdPlanes
 from lazystore.errors import FormatError
 
@@ -73,7 +73,7 @@ def add_zigzag_into(out: np.ndarray, zigzag: np.ndarray, word: int) -> None:
 
 
 @dataclass(frozen=True)
-class DeltaPlanes(Codec):
+class DeltaPlanes(DeltaCodec):
     level: int | None = None  # as ZstdPlanes: None tunes the zstd setting per dtype
 
     id = 2
@@ -103,12 +103,6 @@ class DeltaPlanes(Codec):
         zigzag = scratch("delta zigzag", len(out))
         ZstdPlanes().decode_into(stored, zigzag, planes)
         add_zigzag_into(out, zigzag, word)
-
-    def encode(self, chunk, planes, is_float):
-        raise TypeError("a delta chunk is encoded against its base: use encode_delta")
-
-    def decode_into(self, stored, out, planes):
-        raise TypeError("a delta chunk is decoded onto its base's bytes: use add_into")
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,9 @@ from lazystore._native import layout as fmt
 from lazystore._native.entry_rules import MAX_NDIM, size_problem
 from lazystore._native.index import Index
 from lazystore.errors import ClosedError, FormatError, InvalidInputError, UnsupportedDtypeError
-from lazystore.sinks import CloseOrAbort, open_sink
+from lazystore.sinks import open_sink
 from lazystore.sources import local_path
+from lazystore.writing.interface import TensorWriter
 
 # The safetensors library refuses headers larger than this.
 MAX_HEADER_BYTES = 100_000_000
@@ -272,7 +273,7 @@ def _json_entry(text: str, key: str, kind: type, kind_name: str):
 _COPY_BLOCK = 4 << 20
 
 
-class SafetensorsWriter(CloseOrAbort):
+class SafetensorsWriter(TensorWriter):
     """Write a safetensors file one tensor at a time, atomically.
 
     Interface of :class:`lazystore.Writer`. ``compression`` arguments are

@@ -40,8 +40,9 @@ import numpy as np
 from lazystore._core import arguments, tensor_names
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.interop.sharded import INDEX_FORMAT, INDEX_NAME, INDEX_VERSION, SHARD_KEY, read_index_json
-from lazystore.sinks import CloseOrAbort, fsync_dir, open_sink
+from lazystore.sinks import fsync_dir, open_sink
 from lazystore.sinks.partials import folder_lock, remove_stale_held
+from lazystore.writing.interface import TensorWriter
 from lazystore.writing.writer import Writer
 
 STAGING_PREFIX = ".lazystore-save-"
@@ -55,7 +56,7 @@ def shard_name(i: int, n: int, save_id: str) -> str:
     return f"model-{i:05d}-of-{n:05d}-{save_id[:SHARD_ID_CHARS]}.lzy"
 
 
-class ShardedWriter(CloseOrAbort):
+class ShardedWriter(TensorWriter):
     """Write a lazystore sharded folder, one tensor at a time.
 
     A shard is closed once the next tensor would take it past

@@ -31,8 +31,9 @@ from lazystore._native.base_ref import BASE_KEY, CONTENT_DELTA_MINOR
 from lazystore._native.entry_rules import size_problem
 from lazystore.codecs import RAW, codec_for
 from lazystore.errors import ClosedError, InvalidInputError
-from lazystore.sinks import CloseOrAbort, open_sink
+from lazystore.sinks import open_sink
 from lazystore.writing.delta_writer import DeltaBase
+from lazystore.writing.interface import TensorWriter
 
 _DEFAULT = object()
 # A compressed tensor must save at least this fraction, else it is stored raw
@@ -43,7 +44,7 @@ MIN_SAVING = 0.01
 WINDOW_BYTES = 32 << 20
 
 
-class Writer(CloseOrAbort):
+class Writer(TensorWriter):
     """Write a checkpoint one tensor at a time.
 
     >>> with Writer("model.lzy", compression="zstd") as w:   # doctest: +SKIP
@@ -116,7 +117,7 @@ class Writer(CloseOrAbort):
         # the oldest version and is corrected on close if a tensor needed a
         # newer one; any other (an upload) states the newest, which every
         # reader of this major version accepts (docs/format.md §14).
-        self._rewrite_head = getattr(self._sink, "rewrite_head", None)
+        self._rewrite_head = self._sink.rewrite_head  # None: the head cannot be written again
         self._head_minor = fmt.BASE_MINOR if self._rewrite_head else fmt.DTYPE_MINOR
         self._minor = self._head_minor
         self._write(fmt.encode_preamble(self._head_minor))
