@@ -28,7 +28,7 @@ from lazystore.errors import (
 )
 from lazystore.torch.handle import safe_open
 from lazystore.training.manager import CheckpointManager
-from lazystore.views.base import TensorInfo
+from lazystore.views.base import TensorInfo, ViewBase
 from lazystore.views.checkpoint import CheckpointView, TensorSlice
 from lazystore.writing.writer import Writer
 
@@ -62,6 +62,7 @@ __all__ = [
     "UnsupportedDtypeError",
     "UnsupportedVersionError",
     "VerificationUnavailableError",
+    "ViewBase",
     "Writer",
     "ZstdPlanes",
     "__version__",

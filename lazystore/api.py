@@ -25,6 +25,7 @@ from lazystore.interop.safetensors import SafetensorsWriter
 from lazystore.interop.sharded_writer import ShardedWriter
 from lazystore.sources.in_memory import BytesSource, check_binary_file, is_file_object, read_file_object
 from lazystore.views import tree
+from lazystore.views.base import ViewBase
 from lazystore.views.checkpoint import CheckpointView
 from lazystore.writing import background
 from lazystore.writing.writer import Writer
@@ -34,7 +35,7 @@ _WRITER_OPTIONS = ("alignment", "chunk_bytes")
 
 
 def open(path, *, verify: bool = False, storage_options: Mapping | None = None,  # noqa: A001 - ls.open reads as the built-in open does, on purpose
-         mmap: bool = True) -> CheckpointView:
+         mmap: bool = True) -> ViewBase:
     """Open a checkpoint lazily: only the index is read (from a URL: at most
     two small requests, the object's size and its tail).
 
@@ -45,6 +46,10 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None, 
     as one view over all its shards, or a local folder holding one weights
     file (``*.safetensors`` or ``*.lzy``, beside ``config.json`` and the
     like, as Hugging Face lays out a model), which opens as that file.
+
+    Returns a :class:`~lazystore.ViewBase` (the contract every view keeps):
+    a :class:`~lazystore.CheckpointView` for a file, a ``ShardedView`` for
+    a folder of shards.
 
     The view maps tensor names to numpy arrays. For nested state saved with
     :func:`save` the names are the tensor leaves' paths joined with "/"
