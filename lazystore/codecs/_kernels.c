@@ -34,11 +34,19 @@
 #endif
 
 /* gcc makes an AVX2 copy of each loop beside the baseline one and picks
-   one at load time, so a build runs on any x86-64. */
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+   one at load time, so a build runs on any x86-64. The pick is an ifunc, a
+   GNU indirect function resolved by the dynamic loader: glibc's loader has
+   them, musl's (Alpine) and other C libraries' do not, and there gcc
+   refuses target_clones outright. __GLIBC__ comes from <features.h>, which
+   Python.h has included by now; elsewhere the loops are plain functions
+   (the baseline, still vectorised for SSE2 at -O3). `dispatch` in the
+   module (lazystore.show_config() prints it) says which was built. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
 #define KERNEL __attribute__((target_clones("avx2", "default")))
+#define DISPATCH "avx2 or baseline x86-64, picked at load (gcc target_clones)"
 #else
 #define KERNEL
+#define DISPATCH "one build for this target (no target_clones)"
 #endif
 
 static inline void store32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
@@ -215,6 +223,28 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", NULL, -1, methods};
+static int exec_module(PyObject *m) { return PyModule_AddStringConstant(m, "dispatch", DISPATCH); }
 
-PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }
+/* Multi-phase initialisation (PEP 489): the module keeps no state, so it
+   says so to the interpreters that ask. Without Py_mod_gil a free-threaded
+   Python (3.13t) re-enables the GIL for the whole process on import; the
+   kernels only read their planes and write their own output, holding the
+   views of both, so they need no lock. Each slot exists from the version
+   that guards it (PY_VERSION_HEX), so 3.10 and 3.11 build without them. */
+static PyModuleDef_Slot slots[] = {
+    {Py_mod_exec, exec_module},
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_kernels", "lazystore's optional decoding kernels (lazystore/codecs/_kernels.c).", 0,
+    methods, slots, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModuleDef_Init(&module); }
