@@ -1,6 +1,8 @@
 """lazystore: ML checkpoints in one file, opened instantly and read lazily."""
 
+from lazystore._config import show_config
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES
+from lazystore._core.distribution import VERSION as __version__
 from lazystore._core.dtypes import DTYPES
 from lazystore._native.layout import FORMAT_MAJOR, FORMAT_MINOR
 from lazystore._native.writer import Writer
@@ -32,7 +34,6 @@ from lazystore.training.manager import CheckpointManager
 from lazystore.views.base import TensorInfo
 from lazystore.views.checkpoint import CheckpointView, TensorSlice
 
-__version__ = "0.1.0"
 FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
 
 __all__ = [
@@ -69,4 +70,5 @@ __all__ = [
     "open",
     "safe_open",
     "save",
+    "show_config",
 ]

@@ -43,10 +43,10 @@
    module (lazystore.show_config() prints it) says which was built. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
 #define KERNEL __attribute__((target_clones("avx2", "default")))
-#define DISPATCH "avx2 or baseline x86-64, picked at load (gcc target_clones)"
+#define DISPATCH "AVX2 or baseline x86-64 loops, picked at load by gcc's target_clones"
 #else
 #define KERNEL
-#define DISPATCH "one build for this target (no target_clones)"
+#define DISPATCH "loops built for this target only, no target_clones"
 #endif
 
 static inline void store32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
@@ -223,7 +223,15 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static int exec_module(PyObject *m) { return PyModule_AddStringConstant(m, "dispatch", DISPATCH); }
+/* What lazystore/codecs/compiled.py expects of this module (the refusals
+   above, `dispatch`): bumped with it when the kernels' behaviour changes, so
+   an in-place build left over from an older checkout is not used. */
+#define INTERFACE 2
+
+static int exec_module(PyObject *m) {
+    if (PyModule_AddIntConstant(m, "INTERFACE", INTERFACE) < 0) return -1;
+    return PyModule_AddStringConstant(m, "dispatch", DISPATCH);
+}
 
 /* Multi-phase initialisation (PEP 489): the module keeps no state, so it
    says so to the interpreters that ask. Without Py_mod_gil a free-threaded

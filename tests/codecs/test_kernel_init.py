@@ -19,8 +19,8 @@ pytestmark = pytest.mark.skipif(kernels is None, reason="the C kernels are not b
 
 def test_the_exec_slot_says_how_the_loops_were_built():
     assert kernels.dispatch in (
-        "avx2 or baseline x86-64, picked at load (gcc target_clones)",
-        "one build for this target (no target_clones)",
+        "AVX2 or baseline x86-64 loops, picked at load by gcc's target_clones",
+        "loops built for this target only, no target_clones",
     )
 
 
