@@ -1,6 +1,8 @@
 """lazystore: ML checkpoints in one file, opened instantly and read lazily."""
 
+from lazystore._config import show_config
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES
+from lazystore._core.distribution import VERSION as __version__
 from lazystore._core.dtypes import DTYPES
 from lazystore._native.layout import FORMAT_MAJOR, FORMAT_MINOR
 from lazystore.api import load, open, save
@@ -32,7 +34,6 @@ from lazystore.views.base import TensorInfo, ViewBase
 from lazystore.views.checkpoint import CheckpointView, TensorSlice
 from lazystore.writing.writer import Writer
 
-__version__ = "0.1.0"
 FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
 
 __all__ = [
@@ -70,4 +71,5 @@ __all__ = [
     "open",
     "safe_open",
     "save",
+    "show_config",
 ]

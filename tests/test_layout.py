@@ -91,6 +91,7 @@ STAGES = (
     ("_core",),
     ("codecs", "sources", "sinks"),
     ("_native",),
+    ("_config",),  # show_config(): versions, and whether the C kernels are in use
     ("views",),
     ("writing",),
     ("interop",),
