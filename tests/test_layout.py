@@ -159,3 +159,21 @@ def test_every_noqa_says_why():
             if m and not re.match(r"\s*-+\s*\S", m.group(1) or ""):
                 bare.append(f"{path.relative_to(REPO)}:{lineno}: {line.strip()}")
     assert not bare, "noqa without a reason (write '# noqa: CODE - why'):\n" + "\n".join(bare)
+
+
+# A timing or a throughput figure: "9.4 ms", "2 GB/s", "121-144 us".
+FIGURE = re.compile(r"\b\d+(\.\d+)?\s?(us|µs|ms|GB/s|MB/s)\b")
+
+
+def test_no_measurement_figures_in_the_code():
+    # Figures go in docs/benchmarks.md ("Figures behind the code"); the code
+    # says why, and points there.
+    found = [f"{p.relative_to(REPO)}:{i}: {line.strip()}"
+             for p in sorted([*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.c")])
+             for i, line in enumerate(p.read_text().splitlines(), 1) if FIGURE.search(line)]
+    assert not found, "figures in the code:\n" + "\n".join(found)
+
+
+def test_figure_detection_can_fail():
+    assert FIGURE.search("# Measured on one core: Blosc 245 us, this 121-144 us")
+    assert FIGURE.search("copies at about 2 GB/s") and not FIGURE.search("chunk_bytes = 1 << 20  # 1 MiB")

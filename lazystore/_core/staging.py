@@ -29,7 +29,7 @@ from lazystore._core import parallel, torch_arrays
 
 # Each of the two pinned buffers. Large enough that a copy's fixed cost (a
 # few microseconds to queue it) is small beside its bytes, small enough that
-# pinning them (page-locking is slow, ~1 ms per 10 MiB) stays cheap.
+# pinning them (page-locking is slow) stays cheap.
 STAGING_BYTES = 64 << 20
 
 
@@ -69,8 +69,8 @@ class _Staging:
 
     A buffer is planned first (which bytes of which arrays go where in it),
     then filled by the shared pool's threads at once: one thread copying
-    from a mapped file or a decoded array into pinned memory runs at a few
-    GB/s, well under what a PCIe or NVLink copy engine drains."""
+    from a mapped file or a decoded array into pinned memory runs well
+    under what a PCIe or NVLink copy engine drains."""
 
     def __init__(self, torch, dev, total_bytes: int | None):
         self._torch = torch

@@ -222,8 +222,8 @@ class Index:
         stored lengths, first chunk's number and the previous row. Unpacked
         with struct: for one entry that is far cheaper than numpy calls."""
         row = _WORDS.unpack_from(self.entries, pos * _ENTRY_SIZE)
-        # Sums of the counts before it (a C-level pass, ~0.3 ms at the end of
-        # 100,000 entries): cheaper than keeping running sums from the open.
+        # Sums of the counts before it (a C-level pass, fast even at the end
+        # of 100,000 entries): cheaper than keeping running sums from the open.
         dims_start, first_chunk, count = sum(self._ndims[:pos]), sum(self._counts[:pos]), row[3]
         dims = struct.unpack_from(f"<{self._ndims[pos]}Q", self.dims, dims_start * 8)
         # A chunk record is (stored length, checksum): take every other word.

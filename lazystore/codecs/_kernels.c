@@ -5,9 +5,9 @@
    then adds the zigzag-decoded words to the base's bytes. Without this
    module that takes three passes through Blosc (planes copied into a Blosc
    frame, Blosc copies the frame, then un-shuffles) and five numpy passes for
-   the zigzag addition. Measured on one core, per MiB of float32 output:
-   Blosc 245 us, this un-shuffle 121-144 us; Blosc plus numpy's zigzag
-   addition 446 us, add_unzigzag 134-173 us.
+   the zigzag addition; one pass here takes about half Blosc's time and a
+   third of Blosc plus numpy's (the figures: docs/benchmarks.md, "Figures
+   behind the code").
 
    Both functions release the GIL: chunks are decoded on a thread pool.
    The module is optional (setup.py builds it where a C compiler is found);

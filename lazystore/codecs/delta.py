@@ -6,10 +6,9 @@ their floats. Taking the difference of the bit patterns as integers (word
 by word, modulo 2^bits), then zigzag (0, -1, 1, -2, ... to 0, 1, 2, 3, ...)
 so that a small step down costs as few high bits as a small step up, leaves
 words whose high bytes are nearly all zero; those compress as codec 1 does,
-zstd over byte planes. Measured on a real AdamW fine-tune of
-all-MiniLM-L6-v2 (lr 2e-5, one step apart; the model's weights, against
-their standalone codec-1 size): XOR of the bits 0.377, integer difference
-0.366, integer difference then zigzag 0.317 (benchmarks/delta.py).
+zstd over byte planes. On a real fine-tune the zigzag difference stores
+smaller than the XOR of the bits or the plain difference (the figures:
+docs/benchmarks.md, "Figures behind the code").
 
 A chunk whose bytes equal the base's is stored as nothing at all (zero
 stored bytes): unchanged tensors, a frozen base among them, cost only their
