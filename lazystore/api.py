@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 
-from lazystore._core import arguments, frameworks, staging, ties, torch_reads
+from lazystore._core import arguments, frameworks, staging, torch_reads
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore._native.base_ref import BASE_KEY
 from lazystore.errors import BaseCheckpointError, InvalidInputError
@@ -162,7 +162,7 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
         writer = partial(Writer, storage_options=storage_options, base=base)
     open_writer = partial(writer, path, compression=compression, compression_level=compression_level,
                           metadata=metadata, **writer_options)
-    future = background.DEFAULT.save(obj, open_writer, _fill, blocking=blocking)
+    future = background.DEFAULT.save(obj, open_writer, background.write_prepared, blocking=blocking)
     return None if blocking else future
 
 
@@ -214,32 +214,6 @@ def _check_safetensors(obj, path, *, compression, base, options) -> None:
     if why is not None:
         raise InvalidInputError(f"{path}: cannot save as safetensors (the .safetensors extension): {why}. "
                                 "Save to a .lzy name to write a lazystore file.")
-
-
-def _fill(w, prepared: background.Prepared, system_metadata: Mapping | None = None):
-    """Write a prepared state (see :func:`background.prepare`) into an open
-    writer and close it, with reserved metadata entries for lazystore's own
-    layers; an error discards the writer's file. Returns the written path.
-
-    A flat dict of torch tensors gets the reserved entry saying so, and in
-    a lazystore file each alias
-    is recorded instead of stored again; a safetensors file, which has no
-    such records, stores it whole."""
-    structure = prepared.structure
-    aliases = prepared.aliases if isinstance(w, Writer) else {}
-    with w:
-        if structure is not None:
-            w.system_metadata[tree.TREE_KEY] = structure
-        if prepared.torch_flat:
-            w.system_metadata[frameworks.FRAMEWORK_KEY] = frameworks.TORCH
-        if aliases:
-            w.system_metadata[ties.KEY] = ties.encode(aliases)
-        w.system_metadata.update(system_metadata or {})
-        for key, leaf in prepared.leaves.items():
-            if key not in aliases:
-                # One leaf at a time: a GPU tensor's CPU copy lives only while it is written.
-                w.add(key, tree.as_array(leaf))
-    return w.path
 
 
 def load(path, keys=None, *, map_location=None, verify: bool = True, storage_options: Mapping | None = None):

@@ -178,7 +178,7 @@ class CheckpointManager:
 
         def finish(writer, prepared) -> Path:
             try:
-                api._fill(writer, prepared, {MANAGER_KEY: entry})
+                background.write_prepared(writer, prepared, {MANAGER_KEY: entry})
             finally:
                 self._writing = None  # durable now, or failed (leaving what was there)
             with self._lock:
