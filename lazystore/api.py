@@ -52,7 +52,9 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None, 
 
     With ``verify=True`` each raw tensor is checked against its checksums on
     first access (compressed chunks are always checked when decoded, and so
-    is everything fetched from a URL).
+    is everything fetched from a URL). A file that records no checksums (a
+    safetensors file lazystore did not write) cannot be read so: it raises
+    VerificationUnavailableError, as ``verify()`` of it does.
 
     ``mmap=False`` reads a local file with ``pread`` instead of mapping it:
     every read is a copy, but no page of the file stays resident in this
@@ -281,7 +283,9 @@ def load(path, keys=None, *, map_location=None, verify: bool = True, storage_opt
     one request, requests sent concurrently, every byte checked against its
     checksum.
     """
-    with open(path, verify=verify, storage_options=storage_options) as ck:
+    # Checked by each load(verify=...) below, which checks what the file
+    # records; open(verify=True) would refuse a file that records nothing.
+    with open(path, storage_options=storage_options) as ck:
         structure = ck.system_metadata.get(tree.TREE_KEY)
         if structure is None and frameworks.saved_from_torch(ck.metadata, ck.system_metadata):
             torch_adapter.require()

@@ -16,7 +16,8 @@ records no checksums. A file written by :class:`SafetensorsWriter` carries
 lazystore's in ``__metadata__["lazystore.checksums"]`` (xxh3-64 of each
 tensor's bytes), and then each tensor is one chunk checked against it
 exactly as in a lazystore file; any other file reads with checks skipped,
-and ``verify()`` raises VerificationUnavailableError.
+and ``verify()`` raises VerificationUnavailableError (so does opening it
+with ``verify=True``).
 
 Writing: :class:`SafetensorsWriter` has the Writer interface (``add``,
 ``close``, ``abort``, context manager) and writes plain uncompressed data.
