@@ -8,6 +8,7 @@ URLs are memory-mapped; remote checkpoints are read with range requests.
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -22,7 +23,7 @@ from lazystore.errors import BaseCheckpointError, InvalidInputError
 from lazystore.interop import targets
 from lazystore.interop.detect import open_file, open_view
 from lazystore.interop.folders import open_checkpoint_folder
-from lazystore.interop.safetensors import SafetensorsWriter
+from lazystore.interop.safetensors import SafetensorsWriter, compression_refusal
 from lazystore.interop.sharded_writer import ShardedWriter
 from lazystore.sources import local_path
 from lazystore.sources.in_memory import BytesSource, check_binary_file, is_file_object, read_file_object
@@ -139,7 +140,7 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     file only: no ``base``, ``max_shard_size``, ``storage_options`` or
     ``blocking=False``).
     """
-    arguments.known_options(writer_options, _WRITER_OPTIONS)
+    arguments.known_options(writer_options, _WRITER_OPTIONS, others=_SAVE_KEYWORDS)
     if is_file_object(path):
         if base is not None or max_shard_size is not None or storage_options is not None or not blocking:
             raise InvalidInputError("a save to a file object is one blocking file: base, max_shard_size, "
@@ -164,6 +165,10 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
                           metadata=metadata, **writer_options)
     future = background.DEFAULT.save(obj, open_writer, _fill, blocking=blocking)
     return None if blocking else future
+
+
+# save's own keywords, for the close match of a misspelt one.
+_SAVE_KEYWORDS = tuple(p.name for p in inspect.signature(save).parameters.values() if p.kind is p.KEYWORD_ONLY)
 
 
 def _save_to_file_object(obj, f, **options) -> None:
@@ -205,8 +210,8 @@ def _check_safetensors(obj, path, *, compression, base, options) -> None:
         why = ("it holds nested training state, numpy arrays mixed with torch tensors, or tensors that "
                "are nn.Parameter or require grad (only a lazystore file records those; save "
                "{name: t.detach()} for plain tensors); safetensors holds a flat dict of names to tensors")
-    elif compression not in (None, "none"):
-        why = f"safetensors stores raw bytes, so compression={compression!r} cannot apply"
+    elif (refused := compression_refusal(compression)) is not None:
+        why = refused
     elif base is not None:
         why = "a delta checkpoint (base=) is a lazystore file"
     elif options:

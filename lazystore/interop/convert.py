@@ -195,4 +195,4 @@ def from_npz(path, dst, **options) -> None:
 
 
 __all__ = ["carried_metadata", "carried_system_metadata", "copy", "from_npz", "from_safetensors", "from_torch",
-           "output_codec", "to_lazystore", "to_safetensors"]
+           "open_verified", "output_codec", "to_lazystore", "to_safetensors"]

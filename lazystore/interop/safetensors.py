@@ -46,6 +46,7 @@ from lazystore._core.rechunk import as_bytes
 from lazystore._native import layout as fmt
 from lazystore._native.entry_rules import MAX_NDIM, size_problem
 from lazystore._native.index import Index
+from lazystore.codecs.zstd import check_level
 from lazystore.errors import ClosedError, FormatError, InvalidInputError, UnsupportedDtypeError
 from lazystore.sinks import CloseOrAbort, open_sink
 from lazystore.sources import local_path
@@ -273,11 +274,21 @@ def _json_entry(text: str, key: str, kind: type, kind_name: str):
 _COPY_BLOCK = 4 << 20
 
 
+def compression_refusal(compression) -> str | None:
+    """Why a safetensors file cannot be written with ``compression`` (None:
+    it can, being None or "none")."""
+    if compression in (None, "none"):
+        return None
+    return f"safetensors stores raw bytes, so compression={compression!r} cannot apply"
+
+
 class SafetensorsWriter(CloseOrAbort):
     """Write a safetensors file one tensor at a time, atomically.
 
-    Interface of :class:`lazystore.Writer`. ``compression`` arguments are
-    accepted and ignored: safetensors stores raw bytes. ``metadata`` may hold
+    Interface of :class:`lazystore.Writer`. safetensors stores raw bytes:
+    ``compression`` may only be None or "none" (the per-tensor ``compression``
+    of :meth:`add` is accepted and ignored), and ``compression_level`` is
+    checked, as a Writer checks it, and unused. ``metadata`` may hold
     any JSON values; str values go into ``__metadata__`` as they are, the
     others as JSON in ``lazystore.metadata``. ``system_metadata`` (the
     nested-state tree) goes in ``lazystore.system`` and the checksums in
@@ -286,7 +297,11 @@ class SafetensorsWriter(CloseOrAbort):
     """
 
     def __init__(self, path, *, metadata: Mapping | None = None, storage_options: Mapping | None = None,
-                 **_ignored):
+                 compression=None, compression_level: int | None = None):
+        refused = compression_refusal(compression)
+        if refused is not None:
+            raise InvalidInputError(f"{path}: {refused}")
+        check_level(compression_level)
         self.metadata = arguments.json_object("metadata", metadata)
         for key in self.metadata:
             if not isinstance(key, str):
