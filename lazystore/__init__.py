@@ -14,7 +14,6 @@ from lazystore.errors import (
     ClosedError,
     FolderLockedError,
     FormatError,
-    InvalidIndexError,
     InvalidInputError,
     InvalidSelectionError,
     LazyStoreError,
@@ -28,6 +27,9 @@ from lazystore.errors import (
     UnsupportedVersionError,
     VerificationUnavailableError,
 )
+
+# Deprecated names (lazystore/errors.py): reading one warns, naming its replacement.
+from lazystore.errors import __getattr__ as __getattr__
 from lazystore.torch.handle import safe_open
 from lazystore.training.manager import CheckpointManager
 from lazystore.views.base import TensorInfo, ViewBase
@@ -48,7 +50,6 @@ __all__ = [
     "FORMAT_VERSION",
     "FolderLockedError",
     "FormatError",
-    "InvalidIndexError",
     "InvalidSelectionError",
     "InvalidInputError",
     "LazyStoreError",

@@ -8,6 +8,7 @@ URLs are memory-mapped; remote checkpoints are read with range requests.
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -21,7 +22,7 @@ from lazystore.errors import BaseCheckpointError, InvalidInputError
 from lazystore.interop import targets
 from lazystore.interop.detect import open_view
 from lazystore.interop.folders import open_path
-from lazystore.interop.safetensors import SafetensorsWriter
+from lazystore.interop.safetensors import SafetensorsWriter, compression_refusal
 from lazystore.interop.sharded_writer import ShardedWriter
 from lazystore.sources.in_memory import BytesSource, check_binary_file, is_file_object, read_file_object
 from lazystore.views import tree
@@ -57,7 +58,9 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None, 
 
     With ``verify=True`` each raw tensor is checked against its checksums on
     first access (compressed chunks are always checked when decoded, and so
-    is everything fetched from a URL).
+    is everything fetched from a URL). A file that records no checksums (a
+    safetensors file lazystore did not write) cannot be read so: it raises
+    VerificationUnavailableError, as ``verify()`` of it does.
 
     ``mmap=False`` reads a local file with ``pread`` instead of mapping it:
     every read is a copy, but no page of the file stays resident in this
@@ -139,7 +142,7 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     file only: no ``base``, ``max_shard_size``, ``storage_options`` or
     ``blocking=False``).
     """
-    arguments.known_options(writer_options, _WRITER_OPTIONS)
+    arguments.known_options(writer_options, _WRITER_OPTIONS, others=_SAVE_KEYWORDS)
     if is_file_object(path):
         if base is not None or max_shard_size is not None or storage_options is not None or not blocking:
             raise InvalidInputError("a save to a file object is one blocking file: base, max_shard_size, "
@@ -164,6 +167,10 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
                           metadata=metadata, **writer_options)
     future = background.DEFAULT.save(obj, open_writer, background.write_prepared, blocking=blocking)
     return None if blocking else future
+
+
+# save's own keywords, for the close match of a misspelt one.
+_SAVE_KEYWORDS = tuple(p.name for p in inspect.signature(save).parameters.values() if p.kind is p.KEYWORD_ONLY)
 
 
 def _save_to_file_object(obj, f, **options) -> None:
@@ -205,8 +212,8 @@ def _check_safetensors(obj, path, *, compression, base, options) -> None:
         why = ("it holds nested training state, numpy arrays mixed with torch tensors, or tensors that "
                "are nn.Parameter or require grad (only a lazystore file records those; save "
                "{name: t.detach()} for plain tensors); safetensors holds a flat dict of names to tensors")
-    elif compression not in (None, "none"):
-        why = f"safetensors stores raw bytes, so compression={compression!r} cannot apply"
+    elif (refused := compression_refusal(compression)) is not None:
+        why = refused
     elif base is not None:
         why = "a delta checkpoint (base=) is a lazystore file"
     elif options:
@@ -257,7 +264,9 @@ def load(path, keys=None, *, map_location=None, verify: bool = True, storage_opt
     one request, requests sent concurrently, every byte checked against its
     checksum.
     """
-    with open(path, verify=verify, storage_options=storage_options) as ck:
+    # Checked by each load(verify=...) below, which checks what the file
+    # records; open(verify=True) would refuse a file that records nothing.
+    with open(path, storage_options=storage_options) as ck:
         structure = ck.system_metadata.get(tree.TREE_KEY)
         if structure is None and frameworks.saved_from_torch(ck.metadata, ck.system_metadata):
             torch_adapter.require()

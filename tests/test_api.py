@@ -452,7 +452,6 @@ def test_invalid_input_errors_are_value_errors():
     assert issubclass(ls.UnsupportedDtypeError, TypeError)
     assert issubclass(ls.TensorNotFoundError, KeyError)
     assert issubclass(ls.InvalidSelectionError, IndexError)
-    assert ls.InvalidIndexError is ls.InvalidSelectionError  # the name before 0.2
     for err in (ls.FormatError, ls.ChecksumError, ls.InvalidInputError, ls.ClosedError, ls.TensorNotFoundError):
         assert issubclass(err, ls.LazyStoreError)
 

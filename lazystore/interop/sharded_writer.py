@@ -38,12 +38,14 @@ from pathlib import Path
 import numpy as np
 
 from lazystore._core import arguments, tensor_names
+from lazystore._core.chunking import DEFAULT_CHUNK_BYTES
+from lazystore._native.layout import DEFAULT_ALIGNMENT
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.interop.sharded import INDEX_FORMAT, INDEX_NAME, INDEX_VERSION, SHARD_KEY, read_index_json
 from lazystore.sinks import fsync_dir, open_sink
 from lazystore.sinks.partials import folder_lock, remove_stale_held
 from lazystore.writing.interface import TensorWriter
-from lazystore.writing.writer import Writer
+from lazystore.writing.writer import Writer, check_metadata, check_options
 
 STAGING_PREFIX = ".lazystore-save-"
 STAGING_NAME = re.compile(re.escape(STAGING_PREFIX) + r"(?P<id>[0-9a-f]{32})")
@@ -61,16 +63,19 @@ class ShardedWriter(TensorWriter):
 
     A shard is closed once the next tensor would take it past
     ``max_shard_size`` bytes (a tensor larger than that gets a shard of its
-    own). Interface of :class:`~lazystore.Writer`; ``writer_options`` go to
-    each shard's Writer. One sharded save into a folder at a time is the
+    own). Interface of :class:`~lazystore.Writer`; ``compression``,
+    ``compression_level``, ``alignment`` and ``chunk_bytes`` go to each
+    shard's Writer, and are checked here, before the folder is touched. One sharded save into a folder at a time is the
     intended use; two at once both succeed, and the later index wins.
     """
 
     def __init__(self, folder, *, max_shard_size: int | None = None, metadata: Mapping | None = None,
-                 **writer_options):
+                 compression=None, compression_level: int | None = None, alignment: int = DEFAULT_ALIGNMENT,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+        check_options(compression, compression_level, alignment, chunk_bytes)
         if max_shard_size is not None:
             max_shard_size = arguments.integer("max_shard_size", max_shard_size, 1)
-        metadata = arguments.json_object("metadata", metadata)
+        metadata = check_metadata(metadata)  # as each shard's Writer will, before the folder is touched
         self.folder = Path(folder)
         if self.folder.exists() and not self.folder.is_dir():
             raise InvalidInputError(f"{folder}: sharded output needs a folder, and this is a file")
@@ -83,7 +88,8 @@ class ShardedWriter(TensorWriter):
         self.system_metadata: dict = {}
         self.path = self.folder
         self._max = max_shard_size
-        self._options = writer_options
+        self._options = {"compression": compression, "compression_level": compression_level,
+                         "alignment": alignment, "chunk_bytes": chunk_bytes}
         self._save_id = uuid.uuid4().hex
         self._staging = self.folder / f"{STAGING_PREFIX}{self._save_id}"
         self._staging_fd = _create_staging(self.folder, self._staging)

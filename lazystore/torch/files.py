@@ -115,7 +115,7 @@ def write(tensors: Mapping, filename, metadata, options: dict) -> None:
     """Write checked ``tensors`` as ``ls.save`` writes a flat dict of torch
     tensors (the format its extension names; tied tensors once in a
     lazystore file), as plain tensors: a Parameter's flags are not kept."""
-    arguments.known_options(options, OPTIONS)
+    arguments.known_options(options, OPTIONS, others=("metadata",))
     if isinstance(filename, (str, os.PathLike)) and os.path.isdir(filename):
         raise InvalidInputError(f"{os.fspath(filename)!r} is a folder: save_file writes one file")
     api.save({name: t.detach() for name, t in tensors.items()}, filename, metadata=metadata, **options)

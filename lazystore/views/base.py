@@ -258,7 +258,7 @@ class TensorSlice:
 
     Every kind of view returns one. It takes basic indexing only (ints,
     slices, Ellipsis, None; anything else raises
-    :class:`~lazystore.errors.InvalidIndexError`, an ``IndexError``) and
+    :class:`~lazystore.errors.InvalidSelectionError`, an ``IndexError``) and
     hands ``read(index, picks)`` the index and the range of elements it
     picks on each axis, so the view reads just those (a raw tensor of a
     local file gives a read-only view, a compressed one decodes only the

@@ -91,9 +91,16 @@ class CheckpointView(ViewBase):
         :class:`~lazystore._native.index.Index` and format version:
         lazystore's own by default, another format's parser for foreign
         files (see :mod:`lazystore.interop`). Nothing after it depends on
-        the format."""
+        the format.
+
+        ``verify=True`` (every raw read checked on access) of a file that
+        records no checksums raises VerificationUnavailableError, as
+        :meth:`verify` does: reading it with nothing checked would not be
+        what was asked for."""
         try:
             index, version = index_reader(source)
+            if verify and not index.checksums_known:
+                raise _unverifiable(source.name, index, "; open it without verify=True to read it unchecked")
         except BaseException:
             source.close()
             raise
@@ -197,8 +204,7 @@ class CheckpointView(ViewBase):
         file = self._file
         index = file.index
         if not index.checksums_known:
-            raise VerificationUnavailableError(
-                f"cannot verify {self.name}: {index.unverifiable or 'it records no checksums'}")
+            raise _unverifiable(self.name, index)
         names, entries = self._named_entries(keys)
         if keys is None:
             index.check_head(file.source, file.version)
@@ -341,6 +347,14 @@ class CheckpointView(ViewBase):
         by its bytes; compressed: by rule C3). BaseCheckpointError if not."""
         if entry.codec in DELTA_CODEC_IDS:
             self._file.base.plan(entry)
+
+
+def _unverifiable(name: str, index: Index, hint: str = "") -> VerificationUnavailableError:
+    """The error for verifying a file that records no checksums, by
+    ``verify()`` or on access: nothing says what its bytes should be."""
+    why = index.unverifiable or "it records no checksums"
+    return VerificationUnavailableError(f"cannot verify {name}: {why}, so nothing says what its bytes "
+                                        f"should be{hint}")
 
 
 def _open_base_file(link: Link, *, mmap: bool) -> ByteSource:

@@ -44,6 +44,30 @@ MIN_SAVING = 0.01
 WINDOW_BYTES = 32 << 20
 
 
+def check_options(compression, compression_level, alignment, chunk_bytes):
+    """A Writer's compression and layout options, checked before anything is
+    made (an unknown codec, a level zstd does not have, an alignment that is
+    no power of two raise InvalidInputError naming the option): the default
+    codec, the alignment and the chunk size. The writers that make Writers
+    later (a sharded folder's, one per shard) check theirs with it when built."""
+    codec = codec_for(compression, compression_level)
+    alignment = arguments.integer("alignment", alignment, 8, 1 << 30)
+    if alignment & (alignment - 1):
+        raise InvalidInputError(f"alignment must be a power of two between 8 and 2**30, got {alignment}")
+    chunk_bytes = arguments.integer("chunk_bytes", chunk_bytes, 16, 1 << 31)
+    return codec, alignment, chunk_bytes
+
+
+def check_metadata(metadata) -> dict:
+    """A copy of the user's ``metadata`` (None: empty), checked as a file
+    will hold it: str keys, none reserved, JSON values. Fails now, not after
+    writing gigabytes."""
+    metadata = arguments.json_object("metadata", metadata)
+    _check_user_metadata(metadata)
+    _encode_metadata(metadata)
+    return metadata
+
+
 class Writer(TensorWriter):
     """Write a checkpoint one tensor at a time.
 
@@ -76,18 +100,13 @@ class Writer(TensorWriter):
         storage_options: Mapping | None = None,
         base=None,
     ):
-        alignment = arguments.integer("alignment", alignment, 8, 1 << 30)
-        if alignment & (alignment - 1):
-            raise InvalidInputError(f"alignment must be a power of two between 8 and 2**30, got {alignment}")
-        chunk_bytes = arguments.integer("chunk_bytes", chunk_bytes, 16, 1 << 31)
+        codec, alignment, chunk_bytes = check_options(compression, compression_level, alignment, chunk_bytes)
         self.path = path
-        self.metadata = arguments.json_object("metadata", metadata)
-        _check_user_metadata(self.metadata)
-        _encode_metadata(self.metadata)  # fail now, not after writing gigabytes
+        self.metadata = check_metadata(metadata)
         # lazystore's own entries (RESERVED_METADATA_PREFIX keys), set by
         # higher layers such as nested-state saving; written beside the user's.
         self.system_metadata: dict = {}
-        self._codec = codec_for(compression, compression_level)
+        self._codec = codec
         self._level = compression_level
         self._alignment = alignment
         self._chunk_bytes = chunk_bytes
