@@ -20,7 +20,7 @@ from lazystore.cli.errors import CliError, about
 from lazystore.interop import archives, open_verified
 
 
-def open_input(path, *, verify: bool = False, stream: bool = False) -> ls.CheckpointView:
+def open_input(path, *, verify: bool = False, stream: bool = False) -> ls.ViewBase:
     """Open any checkpoint :func:`lazystore.open` reads (lazystore, safetensors,
     sharded folders), or a torch zip / ``.npz`` archive (read through
     ``torch.load(weights_only=True)`` / ``allow_pickle=False`` only).
@@ -85,7 +85,7 @@ class Tensors:
     output being written; reading here names the input instead, so a corrupt
     source is reported as such."""
 
-    def __init__(self, sources: Mapping[str, tuple[str, ls.CheckpointView]]):
+    def __init__(self, sources: Mapping[str, tuple[str, ls.ViewBase]]):
         self._sources = sources
 
     def __iter__(self) -> Iterator[str]:

@@ -169,6 +169,6 @@ def _plain(value, depth: int):
         out = [_plain(v, depth - 1) for v in value]
         return _NOT_PLAIN if any(v is _NOT_PLAIN for v in out) else out
     if isinstance(value, dict) and all(type(k) is str for k in value):
-        out = {k: _plain(v, depth - 1) for k, v in value.items()}
-        return _NOT_PLAIN if any(v is _NOT_PLAIN for v in out.values()) else out
+        fields = {k: _plain(v, depth - 1) for k, v in value.items()}
+        return _NOT_PLAIN if any(v is _NOT_PLAIN for v in fields.values()) else fields
     return _NOT_PLAIN

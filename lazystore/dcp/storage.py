@@ -207,9 +207,11 @@ class LazyStoreWriter(StorageWriter):
                 key = item_key(item.index)
                 data = planner.resolve_data(item)
                 if item.type == WriteItemType.BYTE_IO:
-                    buf = data.getbuffer() if isinstance(data, io.BytesIO) else memoryview(data)
+                    # torch's stub says BytesIO; a planner may give any bytes-like object
+                    buf = data.getbuffer() if isinstance(data, io.BytesIO) else memoryview(data)  # type: ignore[arg-type]
                     arr = np.frombuffer(buf, dtype=np.uint8)
                 else:
+                    assert isinstance(data, torch.Tensor)  # resolve_data gives a tensor item its tensor
                     tensor = data.detach()
                     if tensor.device.type != "cpu":
                         tensor = tensor.to("cpu")

@@ -78,7 +78,8 @@ class Series:
 
     def chain(self, step: int) -> list[int]:
         """The bases of ``step``, nearest first, up to its root."""
-        out, s = [], self.parent[step]
+        out: list[int] = []
+        s = self.parent[step]
         while s is not None and len(out) <= len(self.steps):  # the bound: no cycle can hang us
             out.append(s)
             s = self.parent[s]
