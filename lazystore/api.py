@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from lazystore.views import tree
 from lazystore.views.base import ViewBase
 from lazystore.views.checkpoint import CheckpointView
 from lazystore.writing import background
+from lazystore.writing.interface import TensorWriter
 from lazystore.writing.writer import Writer
 
 # The Writer options save passes on as they are (the others are save's own).
@@ -155,7 +156,8 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
             raise InvalidInputError("sharded saves go to a local folder, not a URL")
         if base is not None:
             raise InvalidInputError("a sharded save cannot be a delta against a base")
-        writer = partial(ShardedWriter, max_shard_size=max_shard_size)
+        # What opens the writer: one class or another, a TensorWriter each.
+        writer: Callable[..., TensorWriter] = partial(ShardedWriter, max_shard_size=max_shard_size)
     elif (fmt := targets.format_of(path)) == "safetensors":
         _check_safetensors(obj, path, compression=compression, base=base, options=writer_options)
         writer = partial(SafetensorsWriter, storage_options=storage_options)

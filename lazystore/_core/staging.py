@@ -23,6 +23,8 @@ any stream. On the CPU a tensor shares the array's memory; other devices
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from lazystore._core import parallel, torch_arrays
@@ -82,7 +84,8 @@ class _Staging:
         self._drained = [None, None]  # the event after the last copy out of each buffer
         self._current = 0
         self._used = 0
-        self._planned: list[tuple[np.ndarray, int, object]] = []  # (source bytes, offset in buffer, device bytes)
+        # (source bytes, offset in buffer, device bytes: a torch tensor, Any as torch is imported lazily)
+        self._planned: list[tuple[np.ndarray, int, Any]] = []
         self._stream = torch.cuda.Stream(dev)
         # Device memory handed out below may have been freed by work still
         # queued on the caller's stream: copies start after that work.

@@ -67,8 +67,9 @@ def size_problem(text: str | bytes) -> str | None:
 
 def values_at_most(text: str | bytes) -> int:
     """1 + the separator bytes in ``text``: at least its number of values, names included."""
-    seps = _SEPARATORS.encode() if isinstance(text, bytes) else _SEPARATORS
-    return 1 + sum(text.count(seps[i : i + 1]) for i in range(len(seps)))
+    if isinstance(text, bytes):
+        return 1 + sum(text.count(sep) for sep in _SEPARATORS.encode())  # each byte, as an int
+    return 1 + sum(text.count(sep) for sep in _SEPARATORS)
 
 
 def _reject_constant(name: str):
@@ -86,6 +87,8 @@ def _no_duplicates(pairs: list) -> dict:
     d = dict(pairs)
     if len(d) != len(pairs):
         seen: set = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ValueError(f"duplicate key {dup!r}")
+        for k, _ in pairs:
+            if k in seen:
+                raise ValueError(f"duplicate key {k!r}")
+            seen.add(k)
     return d

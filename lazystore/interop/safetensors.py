@@ -352,7 +352,7 @@ class SafetensorsWriter(TensorWriter):
         try:
             for piece in pieces:
                 data = as_bytes(piece)
-                self._spool.write(data)
+                self._spool.write(data.data)  # its bytes, as a memoryview
                 hasher.update(data)
                 spooled += len(data)
             if spooled != nbytes:

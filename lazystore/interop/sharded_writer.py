@@ -127,9 +127,7 @@ class ShardedWriter(TensorWriter):
         full = self._max is not None and self._size and nbytes and self._size + nbytes > self._max
         if self._current is not None and full:
             self._finish_shard()
-        if self._current is None:
-            self._open_shard()
-        return self._current
+        return self._current if self._current is not None else self._open_shard()
 
     def _added(self, name: str, nbytes: int) -> None:
         self._size += nbytes
@@ -174,11 +172,13 @@ class ShardedWriter(TensorWriter):
 
     # -- internals -------------------------------------------------------------
 
-    def _open_shard(self) -> None:
+    def _open_shard(self) -> Writer:
+        """Start the next shard: the writer tensors go to from now on."""
         i = len(self._staged) + 1
-        self._current = Writer(self._staging / f"{i:05d}.lzy", metadata=self.metadata, **self._options)
-        self._current.system_metadata[SHARD_KEY] = {"save_id": self._save_id, "shard": i}
+        current = self._current = Writer(self._staging / f"{i:05d}.lzy", metadata=self.metadata, **self._options)
+        current.system_metadata[SHARD_KEY] = {"save_id": self._save_id, "shard": i}
         self._size = 0
+        return current
 
     def _finish_shard(self) -> None:
         if self._current is not None:

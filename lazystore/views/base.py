@@ -95,6 +95,8 @@ class ViewBase(abc.ABC, Mapping):
     format: str = "lazystore"
     format_version: tuple = ()
     name: str
+    _metadata: dict
+    _system_metadata: dict
     _table: Mapping
     # The view this one was selected from; None for the view that owns the
     # resources (the one that opened them).
