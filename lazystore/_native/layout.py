@@ -261,6 +261,9 @@ def _records(section, count: int, record_size: int, dtype: np.dtype) -> np.ndarr
     """View ``count`` records of ``record_size`` bytes, keeping the known prefix."""
     if record_size == dtype.itemsize:
         return np.frombuffer(section, dtype=dtype, count=count)
-    padded = np.dtype({"names": dtype.names, "formats": [dtype.fields[n][0] for n in dtype.names],
-                       "offsets": [dtype.fields[n][1] for n in dtype.names], "itemsize": record_size})
+    names, fields = dtype.names, dtype.fields
+    # Every caller passes one of the structured record dtypes above.
+    assert names is not None and fields is not None
+    padded = np.dtype({"names": names, "formats": [fields[n][0] for n in names],
+                       "offsets": [fields[n][1] for n in names], "itemsize": record_size})
     return np.frombuffer(section, dtype=padded, count=count).astype(dtype)

@@ -35,7 +35,7 @@ from lazystore.codecs.base import DeltaCodec
 from lazystore.codecs.zstd import ZstdPlanes
 from lazystore.errors import FormatError
 
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_UINT: dict[int, type[np.unsignedinteger]] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 @cache  # asked once per chunk read: a dtype's name is built anew on each call

@@ -71,7 +71,8 @@ def unshuffle_into(planes: Sequence, out: np.ndarray) -> None:
         k = min(step, n - lo)
         nbytes = k * p
         frame = scratch("unshuffle frame", _HEADER_BYTES + nbytes)
-        _HEADER.pack_into(frame, 0, _VERSION, _VERSION_LZ, _FLAGS, p, nbytes, nbytes,
+        # The ignore: numpy's stubs give ndarray the buffer protocol only on Python >= 3.12.
+        _HEADER.pack_into(frame, 0, _VERSION, _VERSION_LZ, _FLAGS, p, nbytes, nbytes,  # type: ignore[arg-type]
                           _HEADER_BYTES + nbytes, _HEADER_BYTES - 4, nbytes)
         body = frame[_HEADER_BYTES:].reshape(p, k)
         for j, v in enumerate(views):

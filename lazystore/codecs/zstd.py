@@ -91,11 +91,13 @@ class ZstdPlanes(Codec):
         grouped = chunk.reshape(-1, planes).T if planes > 1 else chunk.reshape(1, -1)
         setting = self.level if self.level is not None else "float-planes" if is_float else DEFAULT_LEVEL
         cctx = _compressor(setting)
-        stored = []
+        stored: list[bytes | memoryview] = []
         for plane in grouped:
-            plane = np.ascontiguousarray(plane)
-            packed = cctx.compress(plane)
-            stored.append(packed if len(packed) < plane.nbytes else plane)
+            # As a memoryview: the same bytes, no copy, and a buffer to the type
+            # checker (numpy's and zstandard's stubs do not take an ndarray as one).
+            plane_bytes = np.ascontiguousarray(plane).data
+            packed = cctx.compress(plane_bytes)
+            stored.append(packed if len(packed) < plane_bytes.nbytes else plane_bytes)
         header = np.array([len(memoryview(s).cast("B")) for s in stored], dtype="<u4")
         return b"".join([header.tobytes(), *stored])
 

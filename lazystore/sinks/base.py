@@ -64,9 +64,18 @@ def split_views(views: list[memoryview], n: int) -> tuple[list[memoryview], list
     return head, []
 
 
-class CloseOrAbort:
+class CloseOrAbort(ABC):
     """``with`` support for writers: close (commit) when the block ends
-    normally, abort (discard everything) when it raises."""
+    normally, abort (discard everything) when it raises. A mixin: the class
+    using it supplies ``close`` and ``abort``."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Publish what was written."""
+
+    @abstractmethod
+    def abort(self) -> None:
+        """Discard what was written."""
 
     def __enter__(self):
         return self

@@ -57,7 +57,7 @@ class Prepared:
     is) and its tensor leaves by key (live objects, or a snapshot's copies)."""
 
     structure: dict | None
-    leaves: object  # a Mapping of key -> tensor leaf
+    leaves: Mapping[str, object]  # key -> tensor leaf
     # A flat dict of torch tensors (tree.is_flat_torch): its file says so in
     # its metadata, and names that are another's tensor are aliases of it.
     torch_flat: bool = False
@@ -136,7 +136,7 @@ def snapshot(prepared: Prepared, buffers: Buffers) -> Prepared:
     keys = list(leaves.keys())
     buffers.start(keys)
     copies: dict[str, np.ndarray] = {}
-    devices = set()
+    devices: set[object] = set()  # torch.device values (torch is optional: not imported here)
     for key in keys:
         leaf = leaves[key]
         if torch_arrays.is_tensor(leaf):
