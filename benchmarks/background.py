@@ -151,7 +151,7 @@ def _pause(ctx: Context, device: str) -> list[Result]:
 # thread doing its chunk work inline, at the worker's lower priority).
 CONTINUOUS_WRITER = """
 import os, sys, threading, numpy as np, lazystore as ls
-from lazystore.training.background import WORKER_NICENESS
+from lazystore.writing.background import WORKER_NICENESS
 state = {f"t{i}": np.full((1024, 1024), i, np.float32) for i in range(int(sys.argv[2]))}
 os.nice(WORKER_NICENESS)
 
@@ -177,7 +177,7 @@ class _Writer:
 
     def __enter__(self):
         import lazystore as ls
-        from lazystore.training.background import _lower_priority
+        from lazystore.writing.background import _lower_priority
 
         if self.kind == "process":
             self._proc = subprocess.Popen([sys.executable, "-c", CONTINUOUS_WRITER, str(self.path), str(self.mib)],
@@ -294,7 +294,7 @@ def _paired(name, title, t: dict[str, Timing], subject, anchor) -> Result:
 
 
 def _tensors(state: dict):
-    from lazystore.training import tree
+    from lazystore.views import tree
 
     return [tree.as_array(v) for v in tree.flatten(state)[1].values()]
 
@@ -307,7 +307,7 @@ import json, resource, sys, torch, lazystore as ls
 folder, mib, saves = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
 state = {"model": {f"w{i}": torch.full((256, 1024), float(i)) for i in range(mib)}, "step": 0}
-import lazystore.training.background  # everything imported before the baseline
+import lazystore.writing.background  # everything imported before the baseline
 baseline = rss()
 peaks = []
 with ls.CheckpointManager(folder, keep_last=1) as mgr:

@@ -1,9 +1,10 @@
 """lazystore: ML checkpoints in one file, opened instantly and read lazily."""
 
+from lazystore._config import show_config
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES
+from lazystore._core.distribution import VERSION as __version__
 from lazystore._core.dtypes import DTYPES
 from lazystore._native.layout import FORMAT_MAJOR, FORMAT_MINOR
-from lazystore._native.writer import Writer
 from lazystore.api import load, open, save
 from lazystore.codecs import ZstdPlanes
 from lazystore.errors import (
@@ -13,7 +14,6 @@ from lazystore.errors import (
     ClosedError,
     FolderLockedError,
     FormatError,
-    InvalidIndexError,
     InvalidInputError,
     InvalidSelectionError,
     LazyStoreError,
@@ -27,12 +27,15 @@ from lazystore.errors import (
     UnsupportedVersionError,
     VerificationUnavailableError,
 )
+
+# Deprecated names (lazystore/errors.py): reading one warns, naming its replacement.
+from lazystore.errors import __getattr__ as __getattr__
 from lazystore.torch.handle import safe_open
 from lazystore.training.manager import CheckpointManager
-from lazystore.views.base import TensorInfo
+from lazystore.views.base import TensorInfo, ViewBase
 from lazystore.views.checkpoint import CheckpointView, TensorSlice
+from lazystore.writing.writer import Writer
 
-__version__ = "0.1.0"
 FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
 
 __all__ = [
@@ -47,7 +50,6 @@ __all__ = [
     "FORMAT_VERSION",
     "FolderLockedError",
     "FormatError",
-    "InvalidIndexError",
     "InvalidSelectionError",
     "InvalidInputError",
     "LazyStoreError",
@@ -62,6 +64,7 @@ __all__ = [
     "UnsupportedDtypeError",
     "UnsupportedVersionError",
     "VerificationUnavailableError",
+    "ViewBase",
     "Writer",
     "ZstdPlanes",
     "__version__",
@@ -69,4 +72,5 @@ __all__ = [
     "open",
     "safe_open",
     "save",
+    "show_config",
 ]

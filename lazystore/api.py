@@ -8,33 +8,36 @@ URLs are memory-mapped; remote checkpoints are read with range requests.
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 
-from lazystore._core import arguments, frameworks, staging, ties, torch_reads
+from lazystore._core import arguments, frameworks, staging, torch_reads
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore._native.base_ref import BASE_KEY
-from lazystore._native.writer import Writer
 from lazystore.errors import BaseCheckpointError, InvalidInputError
 from lazystore.interop import targets
-from lazystore.interop.detect import open_file, open_view
-from lazystore.interop.folders import open_checkpoint_folder
-from lazystore.interop.safetensors import SafetensorsWriter
+from lazystore.interop.detect import open_view
+from lazystore.interop.folders import open_path
+from lazystore.interop.safetensors import SafetensorsWriter, compression_refusal
 from lazystore.interop.sharded_writer import ShardedWriter
-from lazystore.sources import local_path
 from lazystore.sources.in_memory import BytesSource, check_binary_file, is_file_object, read_file_object
-from lazystore.training import background, tree
+from lazystore.views import tree
+from lazystore.views.base import ViewBase
 from lazystore.views.checkpoint import CheckpointView
+from lazystore.writing import background
+from lazystore.writing.interface import TensorWriter
+from lazystore.writing.writer import Writer
 
 # The Writer options save passes on as they are (the others are save's own).
 _WRITER_OPTIONS = ("alignment", "chunk_bytes")
 
 
 def open(path, *, verify: bool = False, storage_options: Mapping | None = None,  # noqa: A001 - ls.open reads as the built-in open does, on purpose
-         mmap: bool = True) -> CheckpointView:
+         mmap: bool = True) -> ViewBase:
     """Open a checkpoint lazily: only the index is read (from a URL: at most
     two small requests, the object's size and its tail).
 
@@ -46,13 +49,19 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None, 
     file (``*.safetensors`` or ``*.lzy``, beside ``config.json`` and the
     like, as Hugging Face lays out a model), which opens as that file.
 
+    Returns a :class:`~lazystore.ViewBase` (the contract every view keeps):
+    a :class:`~lazystore.CheckpointView` for a file, a ``ShardedView`` for
+    a folder of shards.
+
     The view maps tensor names to numpy arrays. For nested state saved with
     :func:`save` the names are the tensor leaves' paths joined with "/"
     (e.g. ``optimizer/state/0/exp_avg``).
 
     With ``verify=True`` each raw tensor is checked against its checksums on
     first access (compressed chunks are always checked when decoded, and so
-    is everything fetched from a URL).
+    is everything fetched from a URL). A file that records no checksums (a
+    safetensors file lazystore did not write) cannot be read so: it raises
+    VerificationUnavailableError, as ``verify()`` of it does.
 
     ``mmap=False`` reads a local file with ``pread`` instead of mapping it:
     every read is a copy, but no page of the file stays resident in this
@@ -69,10 +78,7 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None, 
     """
     if is_file_object(path):
         return _open_in_memory(read_file_object(path), verify)
-    try:
-        return open_file(path, verify=verify, storage_options=storage_options, mmap=mmap)
-    except IsADirectoryError:  # only local paths can be folders
-        return open_checkpoint_folder(local_path(path), verify=verify, mmap=mmap)
+    return open_path(path, verify=verify, storage_options=storage_options, mmap=mmap)
 
 
 def save(obj, path, *, compression=None, compression_level: int | None = None,
@@ -137,7 +143,7 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     file only: no ``base``, ``max_shard_size``, ``storage_options`` or
     ``blocking=False``).
     """
-    arguments.known_options(writer_options, _WRITER_OPTIONS)
+    arguments.known_options(writer_options, _WRITER_OPTIONS, others=_SAVE_KEYWORDS)
     if is_file_object(path):
         if base is not None or max_shard_size is not None or storage_options is not None or not blocking:
             raise InvalidInputError("a save to a file object is one blocking file: base, max_shard_size, "
@@ -150,7 +156,8 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
             raise InvalidInputError("sharded saves go to a local folder, not a URL")
         if base is not None:
             raise InvalidInputError("a sharded save cannot be a delta against a base")
-        writer = partial(ShardedWriter, max_shard_size=max_shard_size)
+        # What opens the writer: one class or another, a TensorWriter each.
+        writer: Callable[..., TensorWriter] = partial(ShardedWriter, max_shard_size=max_shard_size)
     elif (fmt := targets.format_of(path)) == "safetensors":
         _check_safetensors(obj, path, compression=compression, base=base, options=writer_options)
         writer = partial(SafetensorsWriter, storage_options=storage_options)
@@ -160,8 +167,12 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
         writer = partial(Writer, storage_options=storage_options, base=base)
     open_writer = partial(writer, path, compression=compression, compression_level=compression_level,
                           metadata=metadata, **writer_options)
-    future = background.DEFAULT.save(obj, open_writer, _fill, blocking=blocking)
+    future = background.DEFAULT.save(obj, open_writer, background.write_prepared, blocking=blocking)
     return None if blocking else future
+
+
+# save's own keywords, for the close match of a misspelt one.
+_SAVE_KEYWORDS = tuple(p.name for p in inspect.signature(save).parameters.values() if p.kind is p.KEYWORD_ONLY)
 
 
 def _save_to_file_object(obj, f, **options) -> None:
@@ -203,8 +214,8 @@ def _check_safetensors(obj, path, *, compression, base, options) -> None:
         why = ("it holds nested training state, numpy arrays mixed with torch tensors, or tensors that "
                "are nn.Parameter or require grad (only a lazystore file records those; save "
                "{name: t.detach()} for plain tensors); safetensors holds a flat dict of names to tensors")
-    elif compression not in (None, "none"):
-        why = f"safetensors stores raw bytes, so compression={compression!r} cannot apply"
+    elif (refused := compression_refusal(compression)) is not None:
+        why = refused
     elif base is not None:
         why = "a delta checkpoint (base=) is a lazystore file"
     elif options:
@@ -212,32 +223,6 @@ def _check_safetensors(obj, path, *, compression, base, options) -> None:
     if why is not None:
         raise InvalidInputError(f"{path}: cannot save as safetensors (the .safetensors extension): {why}. "
                                 "Save to a .lzy name to write a lazystore file.")
-
-
-def _fill(w, prepared: background.Prepared, system_metadata: Mapping | None = None):
-    """Write a prepared state (see :func:`background.prepare`) into an open
-    writer and close it, with reserved metadata entries for lazystore's own
-    layers; an error discards the writer's file. Returns the written path.
-
-    A flat dict of torch tensors gets the reserved entry saying so, and in
-    a lazystore file each alias
-    is recorded instead of stored again; a safetensors file, which has no
-    such records, stores it whole."""
-    structure = prepared.structure
-    aliases = prepared.aliases if isinstance(w, Writer) else {}
-    with w:
-        if structure is not None:
-            w.system_metadata[tree.TREE_KEY] = structure
-        if prepared.torch_flat:
-            w.system_metadata[frameworks.FRAMEWORK_KEY] = frameworks.TORCH
-        if aliases:
-            w.system_metadata[ties.KEY] = ties.encode(aliases)
-        w.system_metadata.update(system_metadata or {})
-        for key, leaf in prepared.leaves.items():
-            if key not in aliases:
-                # One leaf at a time: a GPU tensor's CPU copy lives only while it is written.
-                w.add(key, tree.as_array(leaf))
-    return w.path
 
 
 def load(path, keys=None, *, map_location=None, verify: bool = True, storage_options: Mapping | None = None):
@@ -281,7 +266,9 @@ def load(path, keys=None, *, map_location=None, verify: bool = True, storage_opt
     one request, requests sent concurrently, every byte checked against its
     checksum.
     """
-    with open(path, verify=verify, storage_options=storage_options) as ck:
+    # Checked by each load(verify=...) below, which checks what the file
+    # records; open(verify=True) would refuse a file that records nothing.
+    with open(path, storage_options=storage_options) as ck:
         structure = ck.system_metadata.get(tree.TREE_KEY)
         if structure is None and frameworks.saved_from_torch(ck.metadata, ck.system_metadata):
             torch_adapter.require()

@@ -8,6 +8,8 @@ tensor is both a ``LazyStoreError`` and a ``KeyError``).
 
 from __future__ import annotations
 
+import warnings
+
 
 class LazyStoreError(Exception):
     """Base class of every error lazystore raises for bad input."""
@@ -92,10 +94,6 @@ class InvalidSelectionError(LazyStoreError, IndexError):
     means a file's table of contents, hence the name.)"""
 
 
-# The name this error had before 0.2; kept so existing ``except`` clauses work.
-InvalidIndexError = InvalidSelectionError
-
-
 class CheckpointNotFoundError(LazyStoreError, KeyError):
     """A CheckpointManager step that is not among the retained checkpoints
     (or a manager that has none yet)."""
@@ -121,3 +119,22 @@ class ShutdownError(LazyStoreError, RuntimeError):
     """A background save asked for while the interpreter shuts down (from
     an ``atexit`` handler, say), when no thread can be started to run it:
     save with ``blocking=True`` there, or close the manager before exit."""
+
+
+# Old names, kept so code written against them (``except ls.InvalidIndexError``)
+# still runs, each the very class it was renamed to; reading one warns, naming
+# the new name (PEP 562, as zarr and httpx deprecate names). lazystore itself
+# never uses them: the test suite turns these warnings into errors.
+_DEPRECATED_NAMES = {"InvalidIndexError": "InvalidSelectionError"}
+
+
+def __getattr__(name: str):
+    """A deprecated name's class, with a DeprecationWarning naming its
+    replacement (``lazystore/__init__.py`` re-exports this lookup, so
+    ``ls.InvalidIndexError`` warns too)."""
+    new = _DEPRECATED_NAMES.get(name)
+    if new is None:
+        raise AttributeError(f"module 'lazystore' has no attribute {name!r}")
+    warnings.warn(f"lazystore.{name} is deprecated: it is another name of lazystore.{new} (the same class); "
+                  f"use {new}", DeprecationWarning, stacklevel=2)
+    return globals()[new]

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from lazystore import api
+from lazystore._core import tensor_names
 from lazystore.errors import InvalidInputError
 from lazystore.torch.handle import safe_open
 
@@ -70,8 +71,7 @@ def _checked(tensor_dict) -> dict[str, np.ndarray]:
         raise InvalidInputError(f"expected a dict of str to numpy.ndarray, got {type(tensor_dict).__name__}")
     out = {}
     for name, a in tensor_dict.items():
-        if not isinstance(name, str):
-            raise InvalidInputError(f"array names must be str, got {type(name).__name__}: {name!r}")
+        tensor_names.require_str(name, "array names")
         if not isinstance(a, np.ndarray):
             raise InvalidInputError(f"{name!r} is a {type(a).__qualname__}, not a numpy.ndarray")
         out[name] = a.astype(a.dtype.newbyteorder("<")) if a.dtype.byteorder == ">" else a

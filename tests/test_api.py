@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+import typing
 import warnings
 import zlib
 
@@ -451,7 +452,6 @@ def test_invalid_input_errors_are_value_errors():
     assert issubclass(ls.UnsupportedDtypeError, TypeError)
     assert issubclass(ls.TensorNotFoundError, KeyError)
     assert issubclass(ls.InvalidSelectionError, IndexError)
-    assert ls.InvalidIndexError is ls.InvalidSelectionError  # the name before 0.2
     for err in (ls.FormatError, ls.ChecksumError, ls.InvalidInputError, ls.ClosedError, ls.TensorNotFoundError):
         assert issubclass(err, ls.LazyStoreError)
 
@@ -520,3 +520,19 @@ def test_a_file_cut_short_is_refused_naming_it(tmp_path, cut):
         with pytest.raises(ls.FormatError) as info:
             call(short)
         assert str(short) in str(info.value)
+
+
+def test_what_open_returns_is_a_view_base_for_every_kind(tmp_path):
+    # ls.open is annotated with the common base: a folder's ShardedView is no CheckpointView.
+    arrays = {"a": np.arange(4, dtype=np.float32), "b": np.ones((2, 2), np.int8)}
+    ls.save(arrays, tmp_path / "one.lzy")
+    ls.save(arrays, tmp_path / "one.safetensors")
+    ls.save(arrays, tmp_path / "shards", max_shard_size=8)
+    kinds = {}
+    for name in ("one.lzy", "one.safetensors", "shards"):
+        with ls.open(tmp_path / name) as ck:
+            assert isinstance(ck, ls.ViewBase), name
+            assert ck["a"].tolist() == [0, 1, 2, 3]
+            kinds[name] = type(ck).__name__
+    assert kinds["shards"] == "ShardedView" and kinds["one.lzy"] == "CheckpointView"
+    assert typing.get_type_hints(ls.open)["return"] is ls.ViewBase

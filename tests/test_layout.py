@@ -1,6 +1,7 @@
 """The package's shape, as docs/architecture.md describes it: no import
-cycles (counting imports inside functions), small modules, ``__init__``
-modules that only re-export, and no ``# noqa`` without a reason."""
+cycles (counting imports inside functions), no import of a later stage of
+the pipeline, small modules, ``__init__`` modules that only re-export, and
+no ``# noqa`` without a reason."""
 
 from __future__ import annotations
 
@@ -84,6 +85,56 @@ def test_cycle_detection_can_fail(tmp_path):
         del MODULES["lazystore.a"], MODULES["lazystore.b"]
 
 
+# The pipeline's stages, earliest first (docs/architecture.md): a module
+# imports its own stage or an earlier one, never a later one. Within a
+# stage, modules may use each other (hf reads through lazystore.torch);
+# cycles are refused apart, above.
+STAGES = (
+    ("errors",),
+    ("_core",),
+    ("codecs", "sources", "sinks"),
+    ("_native",),
+    ("_config",),  # show_config(): versions, and whether the C kernels are in use
+    ("views",),
+    ("writing",),
+    ("interop",),
+    ("api",),
+    ("training", "torch", "numpy", "dcp", "hf", "testing"),
+    ("lazystore",),  # the package's __init__: the public names, re-exported from the stages above
+    ("cli", "lightning", "demo", "__main__"),  # over the public names (import lazystore as ls)
+)
+STAGE = {folder: i for i, folders in enumerate(STAGES) for folder in folders}
+
+
+def stage_of(module: str) -> str:
+    """The stage folder (or top-level module) a module belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "lazystore"
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a later stage, as "importer -> imported"."""
+    return sorted(f"{name} -> {dep}" for name, deps in graph.items() for dep in deps
+                  if STAGE[stage_of(dep)] > STAGE[stage_of(name)])
+
+
+def test_every_folder_has_a_stage():
+    assert {stage_of(m) for m in MODULES} <= set(STAGE), "place the new folder in STAGES"
+
+
+def test_no_module_imports_a_later_stage():
+    graph = {name: imported(name, path) for name, path in MODULES.items()}
+    assert not upward_imports(graph), "imports of a later stage:\n" + "\n".join(upward_imports(graph))
+
+
+def test_upward_import_detection_can_fail():
+    # A delta writer in the format's stage reading its base through a view,
+    # as it once did; the import map of lazystore itself, as it is now.
+    assert upward_imports({"lazystore._native.delta_writer": {"lazystore.views.checkpoint"},
+                           "lazystore.views.checkpoint": {"lazystore._native.index"}}) == [
+        "lazystore._native.delta_writer -> lazystore.views.checkpoint"]
+
+
 def test_modules_are_small():
     big = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert not big, f"modules over {MAX_LINES} lines: {big}"
@@ -111,3 +162,21 @@ def test_every_noqa_says_why():
             if m and not re.match(r"\s*-+\s*\S", m.group(1) or ""):
                 bare.append(f"{path.relative_to(REPO)}:{lineno}: {line.strip()}")
     assert not bare, "noqa without a reason (write '# noqa: CODE - why'):\n" + "\n".join(bare)
+
+
+# A timing or a throughput figure: "9.4 ms", "2 GB/s", "121-144 us".
+FIGURE = re.compile(r"\b\d+(\.\d+)?\s?(us|µs|ms|GB/s|MB/s)\b")
+
+
+def test_no_measurement_figures_in_the_code():
+    # Figures go in docs/benchmarks.md ("Figures behind the code"); the code
+    # says why, and points there.
+    found = [f"{p.relative_to(REPO)}:{i}: {line.strip()}"
+             for p in sorted([*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.c")])
+             for i, line in enumerate(p.read_text().splitlines(), 1) if FIGURE.search(line)]
+    assert not found, "figures in the code:\n" + "\n".join(found)
+
+
+def test_figure_detection_can_fail():
+    assert FIGURE.search("# Measured on one core: Blosc 245 us, this 121-144 us")
+    assert FIGURE.search("copies at about 2 GB/s") and not FIGURE.search("chunk_bytes = 1 << 20  # 1 MiB")

@@ -11,6 +11,7 @@ tell those from lazystore's bugs. InvalidInputError is a ValueError, so
 
 from __future__ import annotations
 
+import difflib
 import operator
 from collections.abc import Mapping
 
@@ -50,9 +51,20 @@ def _short(value, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def known_options(options: Mapping, accepted) -> None:
-    """Refuse keyword options outside ``accepted``, naming them and the
-    accepted ones (Python's own TypeError would name only the inner call)."""
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise InvalidInputError(f"unknown option(s) {', '.join(unknown)}; lazystore's are {', '.join(accepted)}")
+def known_options(options: Mapping, accepted, *, others=()) -> None:
+    """Refuse keyword options (a ``**options`` catch-all) outside
+    ``accepted``, naming each with the keyword it was probably meant to be
+    and listing the function's keywords: ``others`` are the ones its
+    signature spells out, which a typo of can still land in ``options``
+    (``compresion=`` for ``compression=``). Python's own TypeError would
+    name only the inner call, or nothing, where a writer swallowed it."""
+    unknown = [name for name in options if name not in accepted]
+    if not unknown:
+        return
+    keywords = [*others, *accepted]
+    named = []
+    for name in unknown:
+        close = difflib.get_close_matches(str(name), keywords, n=1)
+        named.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise InvalidInputError(f"unknown option{'s' if len(named) > 1 else ''} {', '.join(named)}; "
+                            f"the keywords are {', '.join(keywords)}")

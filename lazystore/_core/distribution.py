@@ -1,4 +1,5 @@
-"""The name lazystore is installed under, and the install hints that use it.
+"""The name and version lazystore is installed under, and the install and rebuild
+hints that use them.
 
 The import name is ``lazystore``, but ``lazystore`` on the package index is
 an unrelated project: asking pip for ``lazystore`` with the torch extra
@@ -13,6 +14,9 @@ spelled anywhere else).
 from __future__ import annotations
 
 DISTRIBUTION = "lazystore-ml"
+# pyproject.toml's [project] version (tests/_core/test_distribution.py checks
+# they agree); lazystore.__version__ re-exports it.
+VERSION = "0.1.0"
 
 
 def install_hint(extra: str, packages: str) -> str:
@@ -28,3 +32,10 @@ def package_hint(packages: str) -> str:
     installs (a library lazystore works with only when the user has it)."""
     return f"pip install {packages}"
 
+
+
+def rebuild_hint() -> str:
+    """What to run where lazystore's C kernels are a stale build: an
+    editable install (a checkout) builds them in place and keeps them
+    across later checkouts."""
+    return "pip install -e . (or python setup.py build_ext --inplace) in the checkout"

@@ -22,6 +22,7 @@ value), so numpy sees it as a one-byte structured dtype whose only field,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -126,7 +127,7 @@ def to_safetensors_shape(spec: DtypeSpec, shape: tuple[int, ...]) -> tuple[int, 
     return (*shape[:-1], shape[-1] * spec.packed)
 
 
-def from_safetensors_shape(spec: DtypeSpec, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+def from_safetensors_shape(spec: DtypeSpec, shape: Sequence[int]) -> tuple[int, ...] | None:
     """lazystore's shape for a safetensors header's ``shape`` of ``spec``,
     or None where a packed dtype's last dim does not split into whole
     elements (torch cannot hold such a tensor either)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lazystore._native.layout import RESERVED_METADATA_PREFIX
+from lazystore._core.reserved_keys import RESERVED_METADATA_PREFIX
 
 FRAMEWORK_KEY = f"{RESERVED_METADATA_PREFIX}_framework__"
 TORCH = "torch"

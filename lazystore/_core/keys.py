@@ -13,6 +13,7 @@ only once, so a duplicated name is refused before it is used
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Mapping
 
 from lazystore.errors import FormatError
@@ -96,8 +97,7 @@ class KeyTable(Mapping):
             names = self._list()
             positions = dict(zip(names, range(len(names))))
             if len(positions) != len(names):
-                seen: set[str] = set()
-                self._duplicates = {n for n in names if n in seen or seen.add(n)}
+                self._duplicates = {n for n, times in Counter(names).items() if times > 1}
             self._positions = positions
         return self._positions
 

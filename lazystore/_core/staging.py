@@ -23,13 +23,15 @@ any stream. On the CPU a tensor shares the array's memory; other devices
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from lazystore._core import parallel, torch_arrays
 
 # Each of the two pinned buffers. Large enough that a copy's fixed cost (a
 # few microseconds to queue it) is small beside its bytes, small enough that
-# pinning them (page-locking is slow, ~1 ms per 10 MiB) stays cheap.
+# pinning them (page-locking is slow) stays cheap.
 STAGING_BYTES = 64 << 20
 
 
@@ -69,8 +71,8 @@ class _Staging:
 
     A buffer is planned first (which bytes of which arrays go where in it),
     then filled by the shared pool's threads at once: one thread copying
-    from a mapped file or a decoded array into pinned memory runs at a few
-    GB/s, well under what a PCIe or NVLink copy engine drains."""
+    from a mapped file or a decoded array into pinned memory runs well
+    under what a PCIe or NVLink copy engine drains."""
 
     def __init__(self, torch, dev, total_bytes: int | None):
         self._torch = torch
@@ -82,7 +84,8 @@ class _Staging:
         self._drained = [None, None]  # the event after the last copy out of each buffer
         self._current = 0
         self._used = 0
-        self._planned: list[tuple[np.ndarray, int, object]] = []  # (source bytes, offset in buffer, device bytes)
+        # (source bytes, offset in buffer, device bytes: a torch tensor, Any as torch is imported lazily)
+        self._planned: list[tuple[np.ndarray, int, Any]] = []
         self._stream = torch.cuda.Stream(dev)
         # Device memory handed out below may have been freed by work still
         # queued on the caller's stream: copies start after that work.

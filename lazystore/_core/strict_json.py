@@ -7,12 +7,11 @@ C parser, never a crash; callers turn every failure into a FormatError
 naming what they were reading.
 
 It also bounds what a parse may cost (docs/format.md §11.6). Parsed JSON
-takes far more memory than its text: measured with tracemalloc, a list of
-empty lists costs 22x its bytes, of ``{"a":0}`` 25x, of ``[[]]`` 32x, so a
-1 GiB index could cost ~30 GiB to open. The size of a text does not bound
-that; the number of values in it does (~35-110 bytes each once parsed), with
-the text's bytes bounding what strings cost (up to 4x their UTF-8 bytes,
-twice: the decoded text, then the strings). Both are checked before
+takes far more memory than its text (tens of times, for lists of empty
+lists or small objects: the figures are in docs/benchmarks.md, "Figures behind the code"), so
+a large index could cost tens of GiB to open. The size of a text does not
+bound that; the number of values in it does, with the text's bytes
+bounding what strings cost. Both are checked before
 anything is decoded or parsed, in one ``count`` per separator byte.
 """
 
@@ -21,10 +20,8 @@ from __future__ import annotations
 import json
 
 # The bounds (docs/format.md §11.6: MAX_METADATA_BYTES, MAX_METADATA_VALUES).
-# Just under both, the worst texts measured cost 1.3-2 GB to parse; real
-# files are far below them (a nested training state: ~90 bytes and ~13
-# values per tensor; a DCP checkpoint's metadata: ~450 bytes and ~47 values
-# per tensor, ~190 bytes and ~24 values per further saved shard).
+# What the worst texts just under them cost to parse, and how far below them
+# real files are: docs/benchmarks.md, "Figures behind the code".
 MAX_BYTES = 1 << 27  # 128 MiB
 MAX_VALUES = 1 << 24  # 16,777,216 values, member names included
 
@@ -70,8 +67,9 @@ def size_problem(text: str | bytes) -> str | None:
 
 def values_at_most(text: str | bytes) -> int:
     """1 + the separator bytes in ``text``: at least its number of values, names included."""
-    seps = _SEPARATORS.encode() if isinstance(text, bytes) else _SEPARATORS
-    return 1 + sum(text.count(seps[i : i + 1]) for i in range(len(seps)))
+    if isinstance(text, bytes):
+        return 1 + sum(text.count(sep) for sep in _SEPARATORS.encode())  # each byte, as an int
+    return 1 + sum(text.count(sep) for sep in _SEPARATORS)
 
 
 def _reject_constant(name: str):
@@ -89,6 +87,8 @@ def _no_duplicates(pairs: list) -> dict:
     d = dict(pairs)
     if len(d) != len(pairs):
         seen: set = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ValueError(f"duplicate key {dup!r}")
+        for k, _ in pairs:
+            if k in seen:
+                raise ValueError(f"duplicate key {k!r}")
+            seen.add(k)
     return d

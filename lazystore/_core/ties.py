@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from lazystore._core import globs
-from lazystore._native.layout import RESERVED_METADATA_PREFIX
+from lazystore._core.reserved_keys import RESERVED_METADATA_PREFIX
 from lazystore.errors import FormatError, InvalidInputError, TensorNotFoundError
 
 KEY = f"{RESERVED_METADATA_PREFIX}_aliases__"

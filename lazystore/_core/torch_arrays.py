@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 from lazystore._core.distribution import install_hint
-from lazystore._core.dtypes import BY_TORCH_NAME, lookup
+from lazystore._core.dtypes import BY_TORCH_NAME, lookup, spec_for
 from lazystore.errors import FormatError, InvalidInputError, MissingDependencyError, UnsupportedDtypeError
 
 EXTRA = install_hint("torch", "torch")
@@ -164,7 +164,7 @@ def cpu_tensor(arr: np.ndarray):
     """The CPU torch tensor sharing ``arr``'s memory (dtypes numpy lacks
     natively are reinterpreted through a same-sized integer view)."""
     torch = require()
-    spec = lookup(arr.dtype)
+    spec = spec_for(arr.dtype)  # arrays read from a checkpoint: a dtype the format stores
     if spec.torch_via is None:
         return torch.from_numpy(arr)
     return torch.from_numpy(arr.view(np.dtype(spec.torch_via))).view(getattr(torch, spec.name))

@@ -63,12 +63,13 @@ def parse_base_ref(value, where: str) -> BaseRef:
     if value.get("version") != BASE_VERSION or isinstance(value.get("version"), bool):
         raise bad(f"unknown version {value.get('version')!r}")
     name, checksum, length = value.get("file"), value.get("index_checksum"), value.get("index_length")
-    if not is_plain_file_name(name):
+    # is_plain_file_name refuses non-strings too; the isinstance says so to the type checker.
+    if not isinstance(name, str) or not is_plain_file_name(name):
         raise bad(f"{name!r} is not a plain file name in the same folder")
     if not isinstance(checksum, str) or not _HEX16.fullmatch(checksum):
         raise bad("index_checksum is not 16 lowercase hex digits")
-    possible = isinstance(length, int) and not isinstance(length, bool)
-    if not (possible and fmt.INDEX_HEADER.size <= length <= fmt.MAX_INDEX_BYTES):
+    if (not isinstance(length, int) or isinstance(length, bool)
+            or not fmt.INDEX_HEADER.size <= length <= fmt.MAX_INDEX_BYTES):
         raise bad(f"index_length {length!r} is not a possible index length")
     return BaseRef(name, int(checksum, 16), length)
 

@@ -85,7 +85,7 @@ def check_batch(sections: Sections, layout: Layout, pos: np.ndarray, described: 
                         _U64(layout.data_start))
     delta = table.delta[desc_of]
     fields = Fields(rows[:, OFFSET], rows[:, STORED], raw, ~raw, delta, table.content[desc_of], ~delta,
-                    table.planes[desc_of], expected, pos == layout.count - 1)
+                    table.planes[desc_of], expected, pos == layout.n_tensors - 1)
     broken, padding_end = chunk_and_place_rules(fields, chunks, layout)
     masks = np.vstack([~table.ok[desc_of]] + [verdict for _, verdict in broken])  # a row per rule, in order
     bad = np.flatnonzero(masks.any(axis=0))
@@ -129,7 +129,7 @@ def check_one(layout: Layout, pos: int, row: tuple, dims: tuple, stored: tuple, 
     expected = layout.data_start if previous is None else padding_end_of(previous[0], previous[1], layout, min)
     raw, delta = d.codec == 0, d.codec in DELTA_CODEC_IDS
     fields = Fields(offset, stored_nbytes, raw, not raw, delta, d.codec == CONTENT_DELTA_CODEC, not delta, d.planes,
-                    expected, pos == layout.count - 1)
+                    expected, pos == layout.n_tensors - 1)
     broken, padding_end = chunk_and_place_rules(fields, One(stored, d.decoded), layout)
     message = first_broken(broken, offset, stored_nbytes)
     if message is not None:
@@ -263,9 +263,9 @@ class _DescriptionTable(NamedTuple):
         lists = [d.decoded if d else () for d in good]
         decoded_at = np.cumsum([0] + [len(x) for x in lists])
         return cls(np.array([d is not None for d in good], bool),
-                   np.array([bool(d) and d.codec == 0 for d in good], bool),
-                   np.array([bool(d) and d.codec in DELTA_CODEC_IDS for d in good], bool),
-                   np.array([bool(d) and d.codec == CONTENT_DELTA_CODEC for d in good], bool),
+                   np.array([d is not None and d.codec == 0 for d in good], bool),
+                   np.array([d is not None and d.codec in DELTA_CODEC_IDS for d in good], bool),
+                   np.array([d is not None and d.codec == CONTENT_DELTA_CODEC for d in good], bool),
                    np.array([d.planes if d else 0 for d in good], _U64), decoded_at[:-1],
                    np.fromiter(chain(chain.from_iterable(lists), (0,)), _U64, int(decoded_at[-1]) + 1))
 

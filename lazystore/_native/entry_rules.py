@@ -17,7 +17,8 @@
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -56,7 +57,7 @@ class Layout(NamedTuple):
     data_start: int
     data_end: int  # where the index starts (a foreign file: where its data must end)
     alignment: int
-    count: int  # tensors in the index
+    n_tensors: int  # tensors in the index (not ``count``, which would shadow tuple.count)
     minor: int | None = None  # the file's minor version (rules C4, C5); None for a foreign file
     base_checksums: bool = False  # its chunk records hold base checksums (format 1.3, rule C5)
 
@@ -65,16 +66,18 @@ class Fields(NamedTuple):
     """The fields of an entry (Python values), or of a batch (numpy arrays,
     one item per entry), that the chunk and place rules read."""
 
-    offset: object  # data_offset
-    stored_nbytes: object
-    raw: object  # codec 0 (true or false)
-    compressed: object  # codec 1 or 2
-    delta: object  # codec 2 or 3: a chunk of no bytes is one equal to the base's
-    content: object  # codec 3: a delta against a base identified by content
-    strict: object  # not a delta: every compressed chunk holds its plane header
-    planes: object
-    expected: object  # where the previous tensor's padding ends (entry 0: the data region's start)
-    last: object  # the index's last entry (true or false)
+    # Any: each field is a Python int or bool for one entry, a numpy array
+    # for a batch; the rules use only operators both have.
+    offset: Any  # data_offset
+    stored_nbytes: Any
+    raw: Any  # codec 0 (true or false)
+    compressed: Any  # codec 1 or 2
+    delta: Any  # codec 2 or 3: a chunk of no bytes is one equal to the base's
+    content: Any  # codec 3: a delta against a base identified by content
+    strict: Any  # not a delta: every compressed chunk holds its plane header
+    planes: Any
+    expected: Any  # where the previous tensor's padding ends (entry 0: the data region's start)
+    last: Any  # the index's last entry (true or false)
 
 
 def describe(small: int, nbytes: int, count: int, extent: int, dims: tuple[int, ...]) -> Description:
@@ -150,7 +153,12 @@ def _check_grid(grid: ChunkGrid, nbytes: int, count: int) -> None:
 # -- chunk records (C1-C3) and place in the file (L2-L4) ------------------------------------------
 
 
-def chunk_and_place_rules(e: Fields, chunks, layout: Layout) -> tuple[list, object]:
+# A rule's message (or, for L4, a function of the entry's end giving it) and
+# its verdict: a bool for one entry, a bool array for a batch.
+Broken = list[tuple[str | Callable[[int], str], Any]]
+
+
+def chunk_and_place_rules(e: Fields, chunks, layout: Layout) -> tuple[Broken, Any]:
     """``(message, broken)`` for rules C1-C3 and L2-L4 in §13.4's order, and
     where the padding ends, for entries whose description passed.
 
@@ -159,11 +167,12 @@ def chunk_and_place_rules(e: Fields, chunks, layout: Layout) -> tuple[list, obje
     entry, ``spread(field)`` a field of the entry beside each of its
     chunks, ``sum_differs(totals)`` whether an entry's stored lengths do
     not add up to its total (exactly), ``minimum`` the element-wise one.
-    The message of L4 is a function of the entry's exact end."""
+    The message of L4 is a function of the entry's exact end. Where the
+    padding ends is an int for one entry, an array for a batch."""
     limit = layout.data_end
     four_planes = 4 * chunks.spread(e.planes)
     strict = chunks.spread(e.strict)
-    broken = [
+    broken: Broken = [
         ("chunk lengths add up to more than the file", chunks.any(lambda s, d: s > limit)),  # C1
         ("raw chunk length differs from its decoded length", e.raw & chunks.any(lambda s, d: s != d)),  # C2
         ("compressed chunk shorter than its plane header",
@@ -228,7 +237,7 @@ class One:
         return sum(self.stored) != total
 
 
-def first_broken(broken: list, offset: int, stored_nbytes: int) -> str | None:
+def first_broken(broken: Broken, offset: int, stored_nbytes: int) -> str | None:
     """The message of the first rule one entry breaks, or None."""
     for message, verdict in broken:
         if verdict:

@@ -199,13 +199,13 @@ class Index:
     def entries_of(self, positions) -> list[Entry]:
         """The entries of many tensors (all of them for ``verify()`` or a
         full load), checked together; the first refused one raises."""
-        self._batch_sections()
+        checked = self._checked_mask()
         if isinstance(positions, range):
             todo = np.arange(positions.start, positions.stop, positions.step)
         else:
             positions = list(positions)
             todo = np.array(positions, np.int64)
-        todo = todo[~self._checked[todo]]
+        todo = todo[~checked[todo]]
         if len(todo) > 1 and not (todo[1:] > todo[:-1]).all():  # ascending, once each
             todo = np.unique(todo)
         if len(todo):
@@ -216,19 +216,23 @@ class Index:
         except KeyError:
             raise self._refusal(next(p for p in positions if p not in validated)) from None
 
-    def _fetch(self, pos: int) -> tuple:
+    def _fetch(self, pos: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int,
+                                        tuple[int, ...] | None]:
         """What checking entry ``pos`` alone reads from the arrays: its row
         (six 64-bit words; the last packs the small fields), dims, chunks'
         stored lengths, first chunk's number and the previous row. Unpacked
         with struct: for one entry that is far cheaper than numpy calls."""
-        row = _WORDS.unpack_from(self.entries, pos * _ENTRY_SIZE)
-        # Sums of the counts before it (a C-level pass, ~0.3 ms at the end of
-        # 100,000 entries): cheaper than keeping running sums from the open.
+        # The ignores: the arrays are buffers, but numpy's stubs say so only
+        # on Python 3.12 and later.
+        row = _WORDS.unpack_from(self.entries, pos * _ENTRY_SIZE)  # type: ignore[arg-type]
+        # Sums of the counts before it (a C-level pass, fast even at the end
+        # of 100,000 entries): cheaper than keeping running sums from the open.
         dims_start, first_chunk, count = sum(self._ndims[:pos]), sum(self._counts[:pos]), row[3]
-        dims = struct.unpack_from(f"<{self._ndims[pos]}Q", self.dims, dims_start * 8)
+        dims = struct.unpack_from(f"<{self._ndims[pos]}Q", self.dims, dims_start * 8)  # type: ignore[arg-type]
         # A chunk record is (stored length, checksum): take every other word.
-        stored = struct.unpack_from(f"<{2 * count}Q", self.chunks, first_chunk * _CHUNK_SIZE)[::2]
-        previous = _WORDS.unpack_from(self.entries, (pos - 1) * _ENTRY_SIZE) if pos else None
+        stored = struct.unpack_from(f"<{2 * count}Q", self.chunks,  # type: ignore[arg-type]
+                                    first_chunk * _CHUNK_SIZE)[::2]
+        previous = _WORDS.unpack_from(self.entries, (pos - 1) * _ENTRY_SIZE) if pos else None  # type: ignore[arg-type]
         return row, dims, stored, first_chunk, previous
 
     def _batch_sections(self) -> entry_batch.Sections:
@@ -246,18 +250,24 @@ class Index:
             self._checked[list(self._refused)] = True
         return self._sections
 
+    def _checked_mask(self) -> np.ndarray:
+        """Per entry: validated or refused (made with the batch sections)."""
+        self._batch_sections()
+        assert self._checked is not None  # _batch_sections made it
+        return self._checked
+
     def _next_run(self, pos: int) -> np.ndarray:
         """The unchecked entries of a run from ``pos``, each run twice the last."""
-        self._batch_sections()
+        checked = self._checked_mask()
         run = np.arange(pos, min(pos + self._run, self.count))
         self._run = min(2 * self._run, LAST_RUN)
-        return run[~self._checked[run]]
+        return run[~checked[run]]
 
     def _check(self, pos: np.ndarray) -> None:
         """Validate the entries at ``pos`` (ascending, none checked yet)."""
         sections = self._batch_sections()
         self._take(entry_batch.check_batch(sections, self._layout, pos, self._described))
-        self._checked[pos] = True
+        self._checked_mask()[pos] = True
 
     def _take(self, c: entry_batch.Checked) -> None:
         """Keep a batch's verdicts: an Entry for each that passed."""

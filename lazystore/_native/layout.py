@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from lazystore._core.checksum import all_zero
+from lazystore._core.reserved_keys import RESERVED_METADATA_PREFIX  # noqa: F401 - the format's constant, named here too
 from lazystore._core.short_reads import need
 from lazystore.errors import FormatError, UnsupportedVersionError
 
@@ -41,9 +42,6 @@ DTYPE_MINOR = 1
 DEFAULT_ALIGNMENT = 64  # tensor data starts here so mmap'd views are aligned
 MAX_INDEX_BYTES = 1 << 30  # refuse absurd indexes before allocating them
 TAIL_READ_BYTES = 64 << 10  # one read of the tail usually holds the whole index
-# Metadata keys with this prefix belong to lazystore itself (e.g. the nested
-# structure of a training checkpoint); users cannot set them.
-RESERVED_METADATA_PREFIX = "__lazystore"
 
 PREAMBLE = struct.Struct("<8sHHI")  # magic, major, minor, reserved
 TRAILER = struct.Struct("<QQQHHI8s")  # index offset, length, xxh3; major, minor, reserved; magic
@@ -263,6 +261,9 @@ def _records(section, count: int, record_size: int, dtype: np.dtype) -> np.ndarr
     """View ``count`` records of ``record_size`` bytes, keeping the known prefix."""
     if record_size == dtype.itemsize:
         return np.frombuffer(section, dtype=dtype, count=count)
-    padded = np.dtype({"names": dtype.names, "formats": [dtype.fields[n][0] for n in dtype.names],
-                       "offsets": [dtype.fields[n][1] for n in dtype.names], "itemsize": record_size})
+    names, fields = dtype.names, dtype.fields
+    # Every caller passes one of the structured record dtypes above.
+    assert names is not None and fields is not None
+    padded = np.dtype({"names": names, "formats": [fields[n][0] for n in names],
+                       "offsets": [fields[n][1] for n in names], "itemsize": record_size})
     return np.frombuffer(section, dtype=padded, count=count).astype(dtype)

@@ -22,14 +22,14 @@ def read_tail(source) -> tuple[int, memoryview]:
     return tail_start, source.read(tail_start, size)
 
 
-def read_index(source, tail: tuple[int, memoryview] | None = None) -> tuple[Index, tuple[int, int]]:
+def read_index(source, known_tail: tuple[int, memoryview] | None = None) -> tuple[Index, tuple[int, int]]:
     """Find, check and parse a source's index with at most two reads.
 
     The first read takes the file's tail, which holds the trailer and, for
     all but huge indexes, the index too; a second read fetches a larger
     index. The preamble is checked too when it is already at hand (a mapped
     file, or a file small enough to be in the tail); otherwise ``verify()``
-    checks it. ``tail`` is :func:`read_tail`'s result when the caller has
+    checks it. ``known_tail`` is :func:`read_tail`'s result when the caller has
     already read it (to tell the format apart), saving the read.
     """
     size = source.size
@@ -37,7 +37,7 @@ def read_index(source, tail: tuple[int, memoryview] | None = None) -> tuple[Inde
     if size < smallest:
         raise FormatError(f"not a lazystore file: {size} bytes is shorter than the smallest possible file "
                           f"({smallest} bytes)")
-    tail_start, tail = tail if tail is not None else read_tail(source)
+    tail_start, tail = known_tail if known_tail is not None else read_tail(source)
     # A wrong magic is best reported from the start.
     head_version = fmt.decode_preamble(tail) if tail_start == 0 else None
     trailer = fmt.decode_trailer(tail, size)

@@ -33,7 +33,7 @@ from lazystore.interop import carried_metadata, copy
 
 # The nested-state marker has no public name: TREE_KEY in system_metadata is
 # how ls.load itself tells training state from a flat checkpoint.
-from lazystore.training.tree import TREE_KEY
+from lazystore.views.tree import TREE_KEY
 
 # verify checks tensors in steps of about this many stored bytes, so the
 # progress bar moves while each step is still checked in parallel. (Not to be
@@ -155,7 +155,7 @@ def _check_level(args) -> None:
         raise CliError("--level applies to zstd; it cannot be used with --compression none")
 
 
-def _copy(sources: Mapping[str, tuple[str, ls.CheckpointView]], out, compression: str | None, desc: str) -> None:
+def _copy(sources: Mapping[str, tuple[str, ls.ViewBase]], out, compression: str | None, desc: str) -> None:
     """Stream tensors (name -> (path, view)) into ``out`` through
     :func:`lazystore.interop.copy`, with a progress bar by decoded bytes.
     ``compression`` is ``--compression``: "zstd", "none", or None to keep
@@ -230,7 +230,7 @@ def cmd_merge(args) -> int:
     _check_level(args)
     with contextlib.ExitStack() as stack:
         views = [(p, stack.enter_context(open_input(p, verify=True, stream=True))) for p in args.inputs]
-        sources: dict[str, tuple[str, ls.CheckpointView]] = {}
+        sources: dict[str, tuple[str, ls.ViewBase]] = {}
         duplicates = 0
         # A tree that only wraps a flat dict (a state_dict saved by an older
         # version) is looked through: its file holds the same tensors as a flat one.

@@ -9,7 +9,6 @@ tensors. :class:`ValueDiff` sums up how two tensors' values differ.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -21,7 +20,7 @@ from lazystore.cli.errors import about
 from lazystore.cli.inputs import open_input
 from lazystore.cli.progress import progress
 from lazystore.cli.text import dtype_name, format_shape, one_value, plural, short_json
-from lazystore.training.tree import TREE_KEY, looked_through
+from lazystore.views.tree import TREE_KEY, looked_through
 
 # diff reads tensors in blocks of about this many bytes per file.
 DIFF_BLOCK_BYTES = 16 << 20
@@ -64,8 +63,8 @@ class ValueDiff:
             return 1
         if dt.kind in "iu":
             # Exact in uint64: |a - b| < 2**64 and uint64 arithmetic wraps mod 2**64.
-            wide = np.int64 if dt.kind == "i" else np.uint64
-            a, b = a.astype(wide), b.astype(wide)
+            exact = np.int64 if dt.kind == "i" else np.uint64
+            a, b = a.astype(exact), b.astype(exact)
             hi, lo = np.maximum(a, b), np.minimum(a, b)
             return int((hi.view(np.uint64) - lo.view(np.uint64)).max())
         wide = np.complex128 if dt.kind == "c" else np.float64
@@ -108,7 +107,7 @@ def _diff_dicts(label: str, a: Mapping, b: Mapping, lines: list[str]) -> int:
         if key not in a:
             lines.append(f"+ {label} {one_value(key)}: {short_json(b[key])}")
     for key in a:
-        if key in b and short_json(a[key], math.inf) != short_json(b[key], math.inf):
+        if key in b and short_json(a[key], None) != short_json(b[key], None):
             lines.append(f"~ {label} {one_value(key)}: {short_json(a[key])} -> {short_json(b[key])}")
     return len(lines) - before
 
@@ -158,7 +157,8 @@ def cmd_diff(args) -> int:
         in_a, in_b = set(names_a), set(names_b)
         removed = [ca.info(n) for n in names_a if n not in in_b]
         added = [cb.info(n) for n in names_b if n not in in_a]
-        retyped, common = [], []
+        retyped: list[tuple[ls.TensorInfo, ls.TensorInfo]] = []
+        common: list[tuple[ls.TensorInfo, ls.TensorInfo]] = []
         for name in names_a:
             if name in in_b:
                 ia, ib = ca.info(name), cb.info(name)

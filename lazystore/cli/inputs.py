@@ -17,16 +17,17 @@ from lazystore.cli.errors import CliError, about
 
 # Archives are not re-exported by lazystore.interop: no public function tells
 # an archive from a checkpoint, or opens one as a view, yet.
-from lazystore.interop import archives
+from lazystore.interop import archives, open_verified
 
 
-def open_input(path, *, verify: bool = False, stream: bool = False) -> ls.CheckpointView:
+def open_input(path, *, verify: bool = False, stream: bool = False) -> ls.ViewBase:
     """Open any checkpoint :func:`lazystore.open` reads (lazystore, safetensors,
     sharded folders), or a torch zip / ``.npz`` archive (read through
     ``torch.load(weights_only=True)`` / ``allow_pickle=False`` only).
 
     Commands that copy or compare data pass ``verify=True``: raw tensors are
-    checked against their checksums as they are read, so corrupt bytes stop
+    checked against the checksums the file records as they are read
+    (:func:`~lazystore.interop.open_verified`), so corrupt bytes stop
     the command instead of being copied into a new file (with fresh checksums)
     or reported as a value difference.
 
@@ -38,7 +39,7 @@ def open_input(path, *, verify: bool = False, stream: bool = False) -> ls.Checkp
     with about(path):
         if archives.archive_format(path) is not None:
             return archives.open_archive(path)
-        return ls.open(path, verify=verify, mmap=not stream)
+        return open_verified(path, mmap=not stream) if verify else ls.open(path, mmap=not stream)
 
 
 # The metadata files that mark a DCP checkpoint folder: lazystore.dcp's
@@ -84,7 +85,7 @@ class Tensors:
     output being written; reading here names the input instead, so a corrupt
     source is reported as such."""
 
-    def __init__(self, sources: Mapping[str, tuple[str, ls.CheckpointView]]):
+    def __init__(self, sources: Mapping[str, tuple[str, ls.ViewBase]]):
         self._sources = sources
 
     def __iter__(self) -> Iterator[str]:

@@ -56,6 +56,21 @@ def _level_arg(text: str) -> int:
     return level
 
 
+class _ShowVersion(argparse.Action):
+    """``--version``: lazystore's and its format's version, then whether the
+    optional C kernels are in use (an install without a compiler decodes
+    more slowly, and this is where a user sees it). argparse's own version
+    action would re-wrap the two lines into one paragraph."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        kernels = ls.show_config(mode="dicts")["C kernels"]
+        print(escape_controls(f"{PROG} {ls.__version__} (format {ls.FORMAT_VERSION})\nC kernels: {kernels}"))
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
@@ -64,8 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                "141 standard output closed early. "
                "See docs/cli.md.",
     )
-    p.add_argument("--version", action="version",
-                   version=f"{PROG} {ls.__version__} (format {ls.FORMAT_VERSION})")
+    p.add_argument("--version", action=_ShowVersion, help="show the version, and whether the C kernels are in use")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     s = sub.add_parser("info", help="format, version, sizes, compression ratio and metadata of a checkpoint",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import decimal
 import json
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -108,9 +109,9 @@ def parse_size(text: str) -> int:
     KB/MB/GB/TB/PB are decimal; KiB/MiB/GiB/TiB/PiB binary. Bare "K"/"M"/"G"
     are refused as ambiguous."""
     m = _SIZE.fullmatch(text)
-    unit = m.group(2).lower() if m else None
-    if unit not in _SIZE_UNITS:
+    if m is None or m.group(2).lower() not in _SIZE_UNITS:
         raise ValueError(f"invalid size {_shown(text)}: use bytes or a unit such as 500MB, 2GiB")
+    unit = m.group(2).lower()
     # Decimal, not float: exact for "1.1GB", and no overflow to infinity
     # (int(inf) raised OverflowError, a traceback) for a 400-digit number.
     n = int(decimal.Decimal(m.group(1)) * _SIZE_UNITS[unit])
@@ -130,14 +131,14 @@ def _shown(text: str, limit: int = 40) -> str:
     return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
 
 
-def short_json(value, limit: int = 60) -> str:
+def short_json(value, limit: int | None = 60) -> str:
     """``value`` as JSON with sorted keys, cut to ``limit`` characters ending
-    in "..." (pass ``math.inf`` for the whole text)."""
+    in "..." (None: the whole text)."""
     text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
 
 
-def print_table(rows: list[tuple[str, ...]], right: set[int]) -> None:
+def print_table(rows: Sequence[tuple[str, ...]], right: set[int]) -> None:
     """Print ``rows`` in columns two spaces apart; the columns numbered in
     ``right`` are right-aligned (numbers), the others left-aligned."""
     rows = [tuple(one_value(c) for c in row) for row in rows]  # measured as they will print

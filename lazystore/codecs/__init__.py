@@ -5,11 +5,11 @@ chunk in one call and decodes it into a caller's buffer. Checksums are not a
 codec's business: they cover the stored bytes and live in ``lazystore/_core/checksum.py``.
 """
 
-from lazystore.codecs.base import Codec
+from lazystore.codecs.base import Codec, CodecBase, DeltaCodec
 from lazystore.codecs.delta import DELTA_CODEC_IDS, ContentDeltaPlanes, DeltaPlanes
 from lazystore.codecs.raw import RAW
 from lazystore.codecs.registry import CODECS_BY_ID, codec_for
 from lazystore.codecs.zstd import ZstdPlanes
 
-__all__ = ["CODECS_BY_ID", "DELTA_CODEC_IDS", "RAW", "Codec", "ContentDeltaPlanes", "DeltaPlanes", "ZstdPlanes",
-           "codec_for"]
+__all__ = ["CODECS_BY_ID", "DELTA_CODEC_IDS", "RAW", "Codec", "CodecBase", "ContentDeltaPlanes", "DeltaCodec",
+           "DeltaPlanes", "ZstdPlanes", "codec_for"]

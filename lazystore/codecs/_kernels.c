@@ -5,13 +5,20 @@
    then adds the zigzag-decoded words to the base's bytes. Without this
    module that takes three passes through Blosc (planes copied into a Blosc
    frame, Blosc copies the frame, then un-shuffles) and five numpy passes for
-   the zigzag addition. Measured on one core, per MiB of float32 output:
-   Blosc 245 us, this un-shuffle 121-144 us; Blosc plus numpy's zigzag
-   addition 446 us, add_unzigzag 134-173 us.
+   the zigzag addition; one pass here takes about half Blosc's time and a
+   third of Blosc plus numpy's (the figures: docs/benchmarks.md, "Figures
+   behind the code").
 
    Both functions release the GIL: chunks are decoded on a thread pool.
    The module is optional (setup.py builds it where a C compiler is found);
-   lazystore/codecs/unshuffle.py falls back to Blosc and numpy without it. */
+   lazystore/codecs/unshuffle.py falls back to Blosc and numpy without it.
+
+   Safe by construction, whatever Python hands in: the planes are copied
+   into a tuple before any buffer is asked for (asking can run Python code,
+   which could shrink or refill a list under a borrowed reference); lengths
+   are multiplied only after checking they cannot overflow; and an output
+   that overlaps any plane is refused, since the loops read the planes
+   while writing the output. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,11 +34,19 @@
 #endif
 
 /* gcc makes an AVX2 copy of each loop beside the baseline one and picks
-   one at load time, so a build runs on any x86-64. */
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+   one at load time, so a build runs on any x86-64. The pick is an ifunc, a
+   GNU indirect function resolved by the dynamic loader: glibc's loader has
+   them, musl's (Alpine) and other C libraries' do not, and there gcc
+   refuses target_clones outright. __GLIBC__ comes from <features.h>, which
+   Python.h has included by now; elsewhere the loops are plain functions
+   (the baseline, still vectorised for SSE2 at -O3). `dispatch` in the
+   module (lazystore.show_config() prints it) says which was built. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
 #define KERNEL __attribute__((target_clones("avx2", "default")))
+#define DISPATCH "AVX2 or baseline x86-64 loops, picked at load by gcc's target_clones"
 #else
 #define KERNEL
+#define DISPATCH "loops built for this target only, no target_clones"
 #endif
 
 static inline void store32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
@@ -92,38 +107,68 @@ KERNEL static void add_unzigzag_8(const uint8_t *const *s, size_t n, uint8_t *ou
     }
 }
 
+/* Whether two buffers share a byte. Written with differences, not ends,
+   so no address + length can wrap; an empty buffer shares nothing. */
+static int overlaps(const Py_buffer *a, const Py_buffer *b) {
+    if (a->len == 0 || b->len == 0) return 0;
+    uintptr_t x = (uintptr_t)a->buf, y = (uintptr_t)b->buf;
+    return x >= y ? x - y < (uintptr_t)b->len : y - x < (uintptr_t)a->len;
+}
+
+static void release(Py_buffer *views, int count) {
+    for (int j = 0; j < count; j++) PyBuffer_Release(&views[j]);
+}
+
 /* The planes' buffers (each n bytes) and the output (n * planes bytes,
-   writable). On success the caller releases every view. */
+   writable, sharing no byte with a plane). On success the caller releases
+   every view; on failure none is held. */
 static int take_buffers(PyObject *planes, PyObject *out, Py_buffer *views, int *count, Py_buffer *outview,
                         size_t *n) {
-    PyObject *seq = PySequence_Fast(planes, "planes must be a sequence of byte buffers");
+    /* A tuple of our own, not the caller's list: PySequence_Fast would hand
+       back the list itself, and PyObject_GetBuffer can run Python code (a
+       __buffer__ method, a buffer-providing C type's callback) that shrinks
+       or refills that list while we index it. The tuple holds a strong
+       reference to every plane, and each view holds its exporter after. */
+    PyObject *seq = PySequence_Tuple(planes);
     if (seq == NULL) return -1;
-    Py_ssize_t p = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t p = PyTuple_GET_SIZE(seq);
     *count = 0;
     if (p < 1 || p > MAX_PLANES) {
         PyErr_Format(PyExc_ValueError, "cannot un-shuffle %zd planes", p);
         goto fail;
     }
     for (Py_ssize_t j = 0; j < p; j++) {
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, j), &views[j], PyBUF_C_CONTIGUOUS) < 0) goto fail;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(seq, j), &views[j], PyBUF_C_CONTIGUOUS) < 0) goto fail;
         *count = (int)(j + 1);
         if (views[j].len != views[0].len) {
             PyErr_SetString(PyExc_ValueError, "planes differ in length");
             goto fail;
         }
     }
+    if (views[0].len > PY_SSIZE_T_MAX / p) {
+        PyErr_Format(PyExc_OverflowError, "%zd planes of %zd bytes are more bytes than a buffer holds", p,
+                     views[0].len);
+        goto fail;
+    }
     if (PyObject_GetBuffer(out, outview, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto fail;
     if (outview->len != views[0].len * p) {
         PyErr_Format(PyExc_ValueError, "cannot un-shuffle %zd planes of %zd bytes into %zd bytes", p, views[0].len,
                      outview->len);
-        PyBuffer_Release(outview);
-        goto fail;
+        goto fail_out;
+    }
+    for (Py_ssize_t j = 0; j < p; j++) {
+        if (overlaps(outview, &views[j])) {
+            PyErr_Format(PyExc_ValueError, "the output overlaps plane %zd: it would be overwritten while read", j);
+            goto fail_out;
+        }
     }
     *n = (size_t)views[0].len;
     Py_DECREF(seq);
     return 0;
+fail_out:
+    PyBuffer_Release(outview);
 fail:
-    for (int j = 0; j < *count; j++) PyBuffer_Release(&views[j]);
+    release(views, *count);
     *count = 0;
     Py_DECREF(seq);
     return -1;
@@ -138,7 +183,7 @@ static PyObject *run(PyObject *args, int zigzag) {
     size_t n;
     if (take_buffers(planes, out, views, &p, &outview, &n) < 0) return NULL;
     if (zigzag && p != 2 && p != 4 && p != 8) {
-        for (int j = 0; j < p; j++) PyBuffer_Release(&views[j]);
+        release(views, p);
         PyBuffer_Release(&outview);
         return PyErr_Format(PyExc_ValueError, "no zigzag addition over %d-byte words", p);
     }
@@ -161,13 +206,13 @@ static PyObject *run(PyObject *args, int zigzag) {
         unshuffle_any(ptrs, p, n, dst);
     }
     Py_END_ALLOW_THREADS
-    for (int j = 0; j < p; j++) PyBuffer_Release(&views[j]);
+    release(views, p);
     PyBuffer_Release(&outview);
     Py_RETURN_NONE;
 }
 
-static PyObject *unshuffle(PyObject *self, PyObject *args) { return run(args, 0); }
-static PyObject *add_unzigzag(PyObject *self, PyObject *args) { return run(args, 1); }
+static PyObject *unshuffle(PyObject *Py_UNUSED(self), PyObject *args) { return run(args, 0); }
+static PyObject *add_unzigzag(PyObject *Py_UNUSED(self), PyObject *args) { return run(args, 1); }
 
 static PyMethodDef methods[] = {
     {"unshuffle", unshuffle, METH_VARARGS,
@@ -178,6 +223,36 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", NULL, -1, methods};
+/* What lazystore/codecs/compiled.py expects of this module (the refusals
+   above, `dispatch`): bumped with it when the kernels' behaviour changes, so
+   an in-place build left over from an older checkout is not used. */
+#define INTERFACE 2
 
-PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }
+static int exec_module(PyObject *m) {
+    if (PyModule_AddIntConstant(m, "INTERFACE", INTERFACE) < 0) return -1;
+    return PyModule_AddStringConstant(m, "dispatch", DISPATCH);
+}
+
+/* Multi-phase initialisation (PEP 489): the module keeps no state, so it
+   says so to the interpreters that ask. Without Py_mod_gil a free-threaded
+   Python (3.13t) re-enables the GIL for the whole process on import; the
+   kernels only read their planes and write their own output, holding the
+   views of both, so they need no lock. Each slot exists from the version
+   that guards it (PY_VERSION_HEX), so 3.10 and 3.11 build without them. */
+static PyModuleDef_Slot slots[] = {
+    {Py_mod_exec, exec_module},
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_kernels", "lazystore's optional decoding kernels (lazystore/codecs/_kernels.c).", 0,
+    methods, slots, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModuleDef_Init(&module); }

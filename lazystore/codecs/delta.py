@@ -6,10 +6,9 @@ their floats. Taking the difference of the bit patterns as integers (word
 by word, modulo 2^bits), then zigzag (0, -1, 1, -2, ... to 0, 1, 2, 3, ...)
 so that a small step down costs as few high bits as a small step up, leaves
 words whose high bytes are nearly all zero; those compress as codec 1 does,
-zstd over byte planes. Measured on a real AdamW fine-tune of
-all-MiniLM-L6-v2 (lr 2e-5, one step apart; the model's weights, against
-their standalone codec-1 size): XOR of the bits 0.377, integer difference
-0.366, integer difference then zigzag 0.317 (benchmarks/delta.py).
+zstd over byte planes. On a real fine-tune the zigzag difference stores
+smaller than the XOR of the bits or the plain difference (the figures:
+docs/benchmarks.md, "Figures behind the code").
 
 A chunk whose bytes equal the base's is stored as nothing at all (zero
 stored bytes): unchanged tensors, a frozen base among them, cost only their
@@ -32,11 +31,11 @@ import numpy as np
 
 from lazystore._core.scratch import scratch
 from lazystore.codecs import compiled
-from lazystore.codecs.base import Codec
+from lazystore.codecs.base import DeltaCodec
 from lazystore.codecs.zstd import ZstdPlanes
 from lazystore.errors import FormatError
 
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_UINT: dict[int, type[np.unsignedinteger]] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 @cache  # asked once per chunk read: a dtype's name is built anew on each call
@@ -73,7 +72,7 @@ def add_zigzag_into(out: np.ndarray, zigzag: np.ndarray, word: int) -> None:
 
 
 @dataclass(frozen=True)
-class DeltaPlanes(Codec):
+class DeltaPlanes(DeltaCodec):
     level: int | None = None  # as ZstdPlanes: None tunes the zstd setting per dtype
 
     id = 2
@@ -103,12 +102,6 @@ class DeltaPlanes(Codec):
         zigzag = scratch("delta zigzag", len(out))
         ZstdPlanes().decode_into(stored, zigzag, planes)
         add_zigzag_into(out, zigzag, word)
-
-    def encode(self, chunk, planes, is_float):
-        raise TypeError("a delta chunk is encoded against its base: use encode_delta")
-
-    def decode_into(self, stored, out, planes):
-        raise TypeError("a delta chunk is decoded onto its base's bytes: use add_into")
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from lazystore.codecs.base import Codec
+from lazystore.codecs.base import Codec, CodecBase
 from lazystore.codecs.delta import ContentDeltaPlanes, DeltaPlanes
 from lazystore.codecs.raw import RAW
 from lazystore.codecs.zstd import ZstdPlanes, check_level
 from lazystore.errors import InvalidInputError
 
-CODECS_BY_ID: dict[int, Codec] = {RAW.id: RAW, ZstdPlanes.id: ZstdPlanes(), DeltaPlanes.id: DeltaPlanes(),
+CODECS_BY_ID: dict[int, CodecBase] = {RAW.id: RAW, ZstdPlanes.id: ZstdPlanes(), DeltaPlanes.id: DeltaPlanes(),
                                   ContentDeltaPlanes.id: ContentDeltaPlanes()}
 
 

@@ -4,19 +4,18 @@ Where the optional C kernels are built (lazystore/codecs/_kernels.c), they
 interleave the planes straight into the output in one pass. Without them,
 Blosc does it, as follows.
 
-numpy's ``out.reshape(-1, p)[:, j] = plane`` moves one byte per step (about
-2 GB/s a core) and was half of decoding a compressed checkpoint. Blosc's
-un-shuffle is SSE2/AVX2 (about 11 GB/s on the same machine), but Blosc
-exposes it only inside decompression. So the planes are handed to it as a
+numpy's ``out.reshape(-1, p)[:, j] = plane`` moves one byte per step and
+was half of decoding a compressed checkpoint. Blosc's un-shuffle is
+SSE2/AVX2, several times faster, but Blosc exposes it only inside
+decompression. So the planes are handed to it as a
 Blosc 1 chunk that Blosc only has to copy and un-shuffle: one block, not
 split into streams, its one stream stored raw (compressed size equal to the
 block size, which Blosc copies as is), the shuffle flag set. Blosc parses
 nothing but the 24-byte header written here; the planes' bytes are only
 copied. numcodecs bundles Blosc 1 and ships wheels everywhere, so this costs
-no build step. Measured choices (all-MiniLM-L6-v2, 1 MiB chunks, GB/s of
-output on one core): numpy 1.5-2.2, numcodecs.Shuffle 1.5-2.2 (a scalar
-loop), bitshuffle (bit-level only), blosc2 (the same trick, ~0.5 s to
-import) 11-12, this 11.
+no build step. The alternatives measured (numpy, numcodecs.Shuffle, a
+scalar loop; bitshuffle, bit-level only; blosc2, the same trick but slow to
+import) are in docs/benchmarks.md, "Figures behind the code".
 """
 
 from __future__ import annotations
@@ -30,11 +29,10 @@ from numcodecs import blosc
 from lazystore._core.scratch import scratch
 from lazystore.codecs import compiled
 
-# Below this many bytes numpy's strided copy wins: a Blosc call costs about
-# 30 us whatever its size (building the frame, Blosc's context), numpy's
-# copy about 8 us plus 2 GB/s. Measured on one core: 384 4-byte elements
-# 30 us vs 9 us, 16384 elements 46 us vs 39 us, 65536 elements 79 us vs
-# 132 us. Small tensors (biases, norms) are most tensors of a model.
+# Below this many bytes numpy's strided copy wins: a Blosc call has a fixed
+# cost (building the frame, Blosc's context) that numpy's copy does not
+# (the crossover measured: docs/benchmarks.md, "Figures behind the code"). Small tensors (biases,
+# norms) are most tensors of a model.
 NUMPY_BYTES = 64 << 10
 # Elements un-shuffled per Blosc call: bounds the per-thread frame buffer
 # (and Blosc's own temporary block) whatever the chunk size; a default
@@ -73,7 +71,8 @@ def unshuffle_into(planes: Sequence, out: np.ndarray) -> None:
         k = min(step, n - lo)
         nbytes = k * p
         frame = scratch("unshuffle frame", _HEADER_BYTES + nbytes)
-        _HEADER.pack_into(frame, 0, _VERSION, _VERSION_LZ, _FLAGS, p, nbytes, nbytes,
+        # The ignore: numpy's stubs give ndarray the buffer protocol only on Python >= 3.12.
+        _HEADER.pack_into(frame, 0, _VERSION, _VERSION_LZ, _FLAGS, p, nbytes, nbytes,  # type: ignore[arg-type]
                           _HEADER_BYTES + nbytes, _HEADER_BYTES - 4, nbytes)
         body = frame[_HEADER_BYTES:].reshape(p, k)
         for j, v in enumerate(views):

@@ -39,10 +39,9 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 # Float planes (exponents, mantissas) are noise-like symbols with a skewed
 # distribution: their best code is zstd's Huffman stage alone, and LZ matches
 # only get in the way. Starving the match finder (a 64-entry hash table,
-# 7-byte minimum match) makes zstd code them within 2% of their order-0
-# entropy, and faster than level 1. Measured on all-MiniLM-L6-v2 weights:
-# exponent planes 7572 KiB vs 8277 KiB at level 1 (entropy: 7182 KiB); the
-# whole model 1.217x fp32, 1.491x bf16. Repetitive data (ints, masks, text)
+# 7-byte minimum match) makes zstd code them within a few percent of their
+# order-0 entropy, smaller and faster than level 1 (the figures on trained
+# weights: docs/benchmarks.md, "Figures behind the code"). Repetitive data (ints, masks, text)
 # still wants real matching, so it gets level 1.
 FLOAT_PLANE_PARAMS = dict(
     strategy=zstandard.STRATEGY_FAST, window_log=17, chain_log=6, hash_log=6,
@@ -92,11 +91,13 @@ class ZstdPlanes(Codec):
         grouped = chunk.reshape(-1, planes).T if planes > 1 else chunk.reshape(1, -1)
         setting = self.level if self.level is not None else "float-planes" if is_float else DEFAULT_LEVEL
         cctx = _compressor(setting)
-        stored = []
+        stored: list[bytes | memoryview] = []
         for plane in grouped:
-            plane = np.ascontiguousarray(plane)
-            packed = cctx.compress(plane)
-            stored.append(packed if len(packed) < plane.nbytes else plane)
+            # As a memoryview: the same bytes, no copy, and a buffer to the type
+            # checker (numpy's and zstandard's stubs do not take an ndarray as one).
+            plane_bytes = np.ascontiguousarray(plane).data
+            packed = cctx.compress(plane_bytes)
+            stored.append(packed if len(packed) < plane_bytes.nbytes else plane_bytes)
         header = np.array([len(memoryview(s).cast("B")) for s in stored], dtype="<u4")
         return b"".join([header.tobytes(), *stored])
 

@@ -20,14 +20,14 @@ import numpy as np
 
 from lazystore._core import frameworks, globs
 from lazystore._core.naming import naming
-from lazystore._native.writer import Writer
 from lazystore.dcp.folders import DcpFolder
 from lazystore.dcp.saved import SavedBytes, SavedTensor
 from lazystore.dcp.torch_chunks import Unloadable, load_value
 from lazystore.errors import InvalidInputError
+from lazystore.writing.writer import Writer
 
 # Rows of a full tensor assembled at once (the writer then holds up to its
-# own window, lazystore._native.writer.WINDOW_BYTES, of them).
+# own window, lazystore.writing.writer.WINDOW_BYTES, of them).
 BAND_BYTES = 16 << 20
 # A non-tensor item larger than this is not read: what goes into a file's
 # metadata is small (a step, a learning rate, a config).
@@ -169,6 +169,6 @@ def _plain(value, depth: int):
         out = [_plain(v, depth - 1) for v in value]
         return _NOT_PLAIN if any(v is _NOT_PLAIN for v in out) else out
     if isinstance(value, dict) and all(type(k) is str for k in value):
-        out = {k: _plain(v, depth - 1) for k, v in value.items()}
-        return _NOT_PLAIN if any(v is _NOT_PLAIN for v in out.values()) else out
+        fields = {k: _plain(v, depth - 1) for k, v in value.items()}
+        return _NOT_PLAIN if any(v is _NOT_PLAIN for v in fields.values()) else fields
     return _NOT_PLAIN

@@ -14,6 +14,7 @@ without a memory mapping, so pages read do not stay resident.
 from __future__ import annotations
 
 import os
+from typing import Protocol
 
 import numpy as np
 
@@ -41,6 +42,13 @@ def folder_kind(folder) -> str | None:
     return None
 
 
+
+class _Closable(Protocol):
+    """What the folder keeps open: a lazystore view or a byte source."""
+
+    def close(self) -> None: ...
+
+
 class DcpFolder:
     """The tensors (:attr:`tensors`) and non-tensor items (:attr:`items`) of
     the DCP checkpoint in ``folder``; its files stay open until :meth:`close`.
@@ -63,7 +71,7 @@ class DcpFolder:
                 f"(lazystore.dcp.LazyStoreWriter's) nor {TORCH_METADATA_FILE} (torch's FileSystemWriter's)")
         self.tensors: list[SavedTensor] = []
         self.items: list[SavedBytes] = []
-        self._open: dict[str, object] = {}  # file name -> its view (lazystore) or source (torch)
+        self._open: dict[str, _Closable] = {}  # file name -> its view (lazystore) or source (torch)
         try:
             if self.kind == "lazystore":
                 self._read_lazystore(verify)

@@ -79,7 +79,7 @@ def _name_of(value, table: dict, what: str) -> str:
 
 def encode(metadata: Metadata, save_id: str) -> dict:
     """The JSON document of ``metadata`` (raises InvalidInputError if some part has no safe form)."""
-    state = {}
+    state: dict[str, dict] = {}
     for fqn, md in metadata.state_dict_metadata.items():
         if isinstance(md, BytesStorageMetadata):
             state[fqn] = {"type": "bytes"}

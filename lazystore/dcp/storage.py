@@ -29,7 +29,6 @@ from torch.distributed.checkpoint.storage import (
 from torch.futures import Future
 
 from lazystore._core import torch_arrays as torch_adapter
-from lazystore._native.writer import Writer
 from lazystore.api import open as ls_open
 from lazystore.codecs import codec_for
 from lazystore.dcp import metadata as metadata_json
@@ -37,6 +36,7 @@ from lazystore.dcp.metadata import DCP_KEY, LazyStorageInfo, item_key
 from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
 from lazystore.sources import local_path
 from lazystore.sources.fsspec import url_to_fs
+from lazystore.writing.writer import Writer
 
 METADATA_FILE = "metadata.lzy"
 _RANK_FILE = re.compile(r"rank-\d{5,}\.lzy")
@@ -207,9 +207,11 @@ class LazyStoreWriter(StorageWriter):
                 key = item_key(item.index)
                 data = planner.resolve_data(item)
                 if item.type == WriteItemType.BYTE_IO:
-                    buf = data.getbuffer() if isinstance(data, io.BytesIO) else memoryview(data)
+                    # torch's stub says BytesIO; a planner may give any bytes-like object
+                    buf = data.getbuffer() if isinstance(data, io.BytesIO) else memoryview(data)  # type: ignore[arg-type]
                     arr = np.frombuffer(buf, dtype=np.uint8)
                 else:
+                    assert isinstance(data, torch.Tensor)  # resolve_data gives a tensor item its tensor
                     tensor = data.detach()
                     if tensor.device.type != "cpu":
                         tensor = tensor.to("cpu")

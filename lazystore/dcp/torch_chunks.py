@@ -87,6 +87,7 @@ class TorchChunk:
     def rows(self, start: int, stop: int) -> np.ndarray:
         if self._data is None:
             self._open()
+        assert self._data is not None  # _open() sets it or raises
         n_rows = self._sizes[0] if self._sizes else 1
         row_shape = self._sizes[1:]
         if self._whole is not None:

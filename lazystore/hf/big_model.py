@@ -226,7 +226,7 @@ def _load_placed(model, view, device_map, dtype, offload_buffers, keep_in_fp32_m
     torch = torch_arrays.require()
     tied_targets = set(aliases.values())
     buffers = {n for n, _ in model.named_buffers()}
-    shared = {}  # tensors other names alias, read once for all of them
+    shared: dict[str, object] = {}  # tensors other names alias, read once for all of them
     for name in names:
         if "SCB" in name:  # 8-bit statistics, skipped as accelerate skips them
             continue

@@ -25,6 +25,10 @@ that folder. So transformers never sees "disk" here:
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # transformers is imported only where a model is loaded
+    from transformers import PreTrainedModel
 
 # device_map strings transformers resolves into a map of modules (modeling_utils, check_and_set_device_map).
 RESOLVED = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -74,7 +78,7 @@ def stored_name(name: str, prefix: str, file_names: set) -> str | None:
     return None
 
 
-def resolve(concrete, config, device_map, max_memory, dtype, model_kwargs: dict) -> tuple[dict, object]:
+def resolve(concrete, config, device_map, max_memory, dtype, model_kwargs: dict) -> tuple[dict, PreTrainedModel]:
     """The device map transformers would compute for ``concrete`` built
     from ``config`` in ``dtype``, and that model on the meta device (its
     parameters say which names are parameters, and their dtypes)."""

@@ -251,7 +251,7 @@ def _twins(model, weights: Mapping) -> dict[str, str]:
     """``{name: twin}`` for tied names ``weights`` lacks, each served by a
     name of its tie that ``weights`` holds (transformers' safetensors files
     store a tie once, e.g. ``lm_head.weight`` as ``transformer.wte.weight``)."""
-    out = {}
+    out: dict[str, str] = {}
     for group in ties.model_ties(model):
         held = [n for n in group if n in weights]
         if held:

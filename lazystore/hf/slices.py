@@ -26,7 +26,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from lazystore._core import torch_arrays
-from lazystore._core.dtypes import lookup
+from lazystore._core.dtypes import spec_for
 from lazystore.errors import ChecksumError
 from lazystore.hf.offload import FileWeights
 from lazystore.torch import load_file
@@ -103,7 +103,7 @@ class CheckedSlice:
 
     def get_dtype(self) -> str:
         """safetensors' dtype string ("F32", "BF16", ...)."""
-        spec = lookup(self._weights.info(self._name).dtype)
+        spec = spec_for(self._weights.info(self._name).dtype)  # a stored tensor's dtype is always in the table
         return spec.safetensors or spec.name
 
     def __getitem__(self, index):

@@ -20,6 +20,7 @@ from lazystore.interop.convert import (
     from_npz,
     from_safetensors,
     from_torch,
+    open_verified,
     to_lazystore,
     to_safetensors,
 )
@@ -27,4 +28,4 @@ from lazystore.interop.safetensors import SafetensorsWriter
 from lazystore.interop.sharded_writer import ShardedWriter
 
 __all__ = ["SafetensorsWriter", "ShardedWriter", "carried_metadata", "carried_system_metadata", "copy", "from_npz",
-           "from_safetensors", "from_torch", "to_lazystore", "to_safetensors"]
+           "from_safetensors", "from_torch", "open_verified", "to_lazystore", "to_safetensors"]

@@ -30,7 +30,7 @@ from lazystore._core import torch_arrays as torch_adapter
 from lazystore._core.torch_refusals import refusal_reason
 from lazystore.errors import FormatError
 from lazystore.interop import npz, safetensors
-from lazystore.training import tree
+from lazystore.views import tree
 from lazystore.views.arrays import ArraysView
 from lazystore.views.base import TensorInfo
 
@@ -115,7 +115,7 @@ def open_torch(path) -> ArraysView:
     name them; nested state keeps its structure (``system_metadata``), and
     a flat dict of tensors is a flat torch checkpoint (marked there too)."""
     obj = load_torch(path)
-    system = {}
+    system: dict = {}  # system_metadata entries: the framework, or the tree
     if tree.is_flat(obj):
         structure, leaves = None, obj
     elif tree.is_flat_torch(obj):  # a state_dict: a flat torch checkpoint, as ls.save writes it

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from lazystore import api
 from lazystore._core.blocks import blocks
 from lazystore._native.base_ref import BASE_KEY
-from lazystore._native.writer import Writer
 from lazystore.errors import ChecksumError, VerificationUnavailableError
 from lazystore.interop import archives
+from lazystore.interop.folders import open_path
 from lazystore.interop.safetensors import SafetensorsWriter
-from lazystore.training import tree
+from lazystore.views import tree
+from lazystore.writing.writer import Writer
 
 # Tensors larger than this are copied a block at a time.
 COPY_BLOCK_BYTES = 16 << 20
@@ -130,7 +130,20 @@ def _open(src):
         return src, False, False
     # Unmapped: a converter reads each byte once, and a mapping would keep
     # every page it read resident, however large the checkpoint.
-    return api.open(src, verify=True, mmap=False), True, True
+    return open_verified(src, mmap=False), True, True
+
+
+def open_verified(path, *, mmap: bool = True):
+    """``ls.open(path, verify=True)``, every read checked against what the
+    file records, for a reader that must not pass on unchecked bytes (the
+    converters, ``lazystore convert``, ``merge`` and ``diff``). A file that
+    records no checksums (a plain safetensors file), which
+    ``ls.open(verify=True)`` refuses, opens as it is: there is nothing to
+    check its reads against, and it is read as it is."""
+    try:
+        return open_path(path, verify=True, mmap=mmap)
+    except VerificationUnavailableError:
+        return open_path(path, mmap=mmap)
 
 
 def to_safetensors(src, dst, *, storage_options: Mapping | None = None) -> None:
@@ -182,4 +195,4 @@ def from_npz(path, dst, **options) -> None:
 
 
 __all__ = ["carried_metadata", "carried_system_metadata", "copy", "from_npz", "from_safetensors", "from_torch",
-           "output_codec", "to_lazystore", "to_safetensors"]
+           "open_verified", "output_codec", "to_lazystore", "to_safetensors"]

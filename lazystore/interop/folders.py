@@ -18,6 +18,7 @@ from pathlib import Path
 from lazystore.errors import FormatError
 from lazystore.interop.detect import open_file
 from lazystore.interop.sharded import HF_INDEX_NAME, INDEX_NAME, SHARD_KEY, open_folder
+from lazystore.sources import local_path
 
 WEIGHT_SUFFIXES = (".safetensors", ".lzy")
 # Files users meet beside weights or instead of them, which lazystore reads
@@ -25,6 +26,17 @@ WEIGHT_SUFFIXES = (".safetensors", ".lzy")
 CONVERTIBLE_SUFFIXES = (".bin", ".pt", ".pth", ".npz")
 # How many names an error lists before it says how many more there are.
 NAMES_SHOWN = 8
+
+
+def open_path(path, *, verify: bool = False, storage_options=None, mmap: bool = True):
+    """The view of the checkpoint at a path or URL: a file (lazystore or
+    safetensors, told by content), or a local folder (see
+    :func:`open_checkpoint_folder`). What ``ls.open`` does for a path, and
+    what the converters open their input with."""
+    try:
+        return open_file(path, verify=verify, storage_options=storage_options, mmap=mmap)
+    except IsADirectoryError:  # only local paths can be folders
+        return open_checkpoint_folder(local_path(path), verify=verify, mmap=mmap)
 
 
 def open_checkpoint_folder(folder, *, verify: bool = False, mmap: bool = True):

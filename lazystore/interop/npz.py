@@ -64,7 +64,7 @@ class NpzArchive:
 
     Thread-safe: reads of one archive take turns (they share one stream)."""
 
-    def __init__(self, path):
+    def __init__(self, path) -> None:
         self.path = os.fspath(path)
         self.inflations = 0  # member streams started, for tests and measurements
         try:

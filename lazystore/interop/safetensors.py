@@ -16,7 +16,8 @@ records no checksums. A file written by :class:`SafetensorsWriter` carries
 lazystore's in ``__metadata__["lazystore.checksums"]`` (xxh3-64 of each
 tensor's bytes), and then each tensor is one chunk checked against it
 exactly as in a lazystore file; any other file reads with checks skipped,
-and ``verify()`` raises VerificationUnavailableError.
+and ``verify()`` raises VerificationUnavailableError (so does opening it
+with ``verify=True``).
 
 Writing: :class:`SafetensorsWriter` has the Writer interface (``add``,
 ``close``, ``abort``, context manager) and writes plain uncompressed data.
@@ -37,7 +38,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from lazystore._core import arguments, frameworks, strict_json
+from lazystore._core import arguments, frameworks, strict_json, tensor_names
 from lazystore._core.checksum import hasher as new_hasher
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
 from lazystore._core.dtypes import BY_SAFETENSORS, from_safetensors_shape, spec_for, to_safetensors_shape
@@ -45,9 +46,11 @@ from lazystore._core.rechunk import as_bytes
 from lazystore._native import layout as fmt
 from lazystore._native.entry_rules import MAX_NDIM, size_problem
 from lazystore._native.index import Index
+from lazystore.codecs.zstd import check_level
 from lazystore.errors import ClosedError, FormatError, InvalidInputError, UnsupportedDtypeError
-from lazystore.sinks import CloseOrAbort, open_sink
+from lazystore.sinks import open_sink
 from lazystore.sources import local_path
+from lazystore.writing.interface import TensorWriter
 
 # The safetensors library refuses headers larger than this.
 MAX_HEADER_BYTES = 100_000_000
@@ -272,11 +275,21 @@ def _json_entry(text: str, key: str, kind: type, kind_name: str):
 _COPY_BLOCK = 4 << 20
 
 
-class SafetensorsWriter(CloseOrAbort):
+def compression_refusal(compression) -> str | None:
+    """Why a safetensors file cannot be written with ``compression`` (None:
+    it can, being None or "none")."""
+    if compression in (None, "none"):
+        return None
+    return f"safetensors stores raw bytes, so compression={compression!r} cannot apply"
+
+
+class SafetensorsWriter(TensorWriter):
     """Write a safetensors file one tensor at a time, atomically.
 
-    Interface of :class:`lazystore.Writer`. ``compression`` arguments are
-    accepted and ignored: safetensors stores raw bytes. ``metadata`` may hold
+    Interface of :class:`lazystore.Writer`. safetensors stores raw bytes:
+    ``compression`` may only be None or "none" (the per-tensor ``compression``
+    of :meth:`add` is accepted and ignored), and ``compression_level`` is
+    checked, as a Writer checks it, and unused. ``metadata`` may hold
     any JSON values; str values go into ``__metadata__`` as they are, the
     others as JSON in ``lazystore.metadata``. ``system_metadata`` (the
     nested-state tree) goes in ``lazystore.system`` and the checksums in
@@ -285,7 +298,11 @@ class SafetensorsWriter(CloseOrAbort):
     """
 
     def __init__(self, path, *, metadata: Mapping | None = None, storage_options: Mapping | None = None,
-                 **_ignored):
+                 compression=None, compression_level: int | None = None):
+        refused = compression_refusal(compression)
+        if refused is not None:
+            raise InvalidInputError(f"{path}: {refused}")
+        check_level(compression_level)
         self.metadata = arguments.json_object("metadata", metadata)
         for key in self.metadata:
             if not isinstance(key, str):
@@ -318,12 +335,11 @@ class SafetensorsWriter(CloseOrAbort):
         :meth:`lazystore.Writer.add_pieces`), spooled as they come."""
         if self._sink.closed:
             raise ClosedError(f"writer for {self.path} is closed")
-        if not isinstance(name, str):
-            raise InvalidInputError(f"tensor names must be str, got {type(name).__name__}: {name!r}")
+        tensor_names.require_str(name)
+        tensor_names.require_utf8(name)  # the header is JSON read as UTF-8
         if name == "__metadata__":
             raise InvalidInputError("'__metadata__' cannot name a tensor in a safetensors file")
-        if name in self._checksums:
-            raise InvalidInputError(f"duplicate tensor name {name!r}")
+        tensor_names.require_new(name, self._checksums)
         spec = spec_for(dtype)
         st_name = spec.safetensors
         if st_name is None:
@@ -336,7 +352,7 @@ class SafetensorsWriter(CloseOrAbort):
         try:
             for piece in pieces:
                 data = as_bytes(piece)
-                self._spool.write(data)
+                self._spool.write(data.data)  # its bytes, as a memoryview
                 hasher.update(data)
                 spooled += len(data)
             if spooled != nbytes:

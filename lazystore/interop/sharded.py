@@ -25,6 +25,7 @@ from lazystore._native import layout as fmt
 from lazystore.errors import FormatError
 from lazystore.interop.detect import open_view
 from lazystore.sources import open_in_folder
+from lazystore.views.base import ViewBase
 from lazystore.views.sharded import ShardedView
 
 INDEX_NAME = "lazystore.index.json"
@@ -112,8 +113,8 @@ def _open_shards(folder: Path, index_path: Path, index: dict, ours: bool, verify
     for f in files:
         if not is_plain_file_name(f):  # said by name, before any is opened
             raise FormatError(f"{index_path}: corrupt index: shard {f!r} is not a file name in the folder")
-    views: list = []
-    owner: dict[str, object] = {}
+    views: list[ViewBase] = []
+    owner: dict[str, ViewBase] = {}
     try:
         for f in files:
             path = folder / f

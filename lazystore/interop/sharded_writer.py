@@ -37,12 +37,15 @@ from pathlib import Path
 
 import numpy as np
 
-from lazystore._core import arguments
-from lazystore._native.writer import Writer
+from lazystore._core import arguments, tensor_names
+from lazystore._core.chunking import DEFAULT_CHUNK_BYTES
+from lazystore._native.layout import DEFAULT_ALIGNMENT
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.interop.sharded import INDEX_FORMAT, INDEX_NAME, INDEX_VERSION, SHARD_KEY, read_index_json
-from lazystore.sinks import CloseOrAbort, fsync_dir, open_sink
+from lazystore.sinks import fsync_dir, open_sink
 from lazystore.sinks.partials import folder_lock, remove_stale_held
+from lazystore.writing.interface import TensorWriter
+from lazystore.writing.writer import Writer, check_metadata, check_options
 
 STAGING_PREFIX = ".lazystore-save-"
 STAGING_NAME = re.compile(re.escape(STAGING_PREFIX) + r"(?P<id>[0-9a-f]{32})")
@@ -55,24 +58,29 @@ def shard_name(i: int, n: int, save_id: str) -> str:
     return f"model-{i:05d}-of-{n:05d}-{save_id[:SHARD_ID_CHARS]}.lzy"
 
 
-class ShardedWriter(CloseOrAbort):
+class ShardedWriter(TensorWriter):
     """Write a lazystore sharded folder, one tensor at a time.
 
     A shard is closed once the next tensor would take it past
     ``max_shard_size`` bytes (a tensor larger than that gets a shard of its
-    own). Interface of :class:`~lazystore.Writer`; ``writer_options`` go to
-    each shard's Writer. One sharded save into a folder at a time is the
+    own). Interface of :class:`~lazystore.Writer`; ``compression``,
+    ``compression_level``, ``alignment`` and ``chunk_bytes`` go to each
+    shard's Writer, and are checked here, before the folder is touched. One sharded save into a folder at a time is the
     intended use; two at once both succeed, and the later index wins.
     """
 
     def __init__(self, folder, *, max_shard_size: int | None = None, metadata: Mapping | None = None,
-                 **writer_options):
+                 compression=None, compression_level: int | None = None, alignment: int = DEFAULT_ALIGNMENT,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+        check_options(compression, compression_level, alignment, chunk_bytes)
         if max_shard_size is not None:
             max_shard_size = arguments.integer("max_shard_size", max_shard_size, 1)
-        metadata = arguments.json_object("metadata", metadata)
+        metadata = check_metadata(metadata)  # as each shard's Writer will, before the folder is touched
         self.folder = Path(folder)
         if self.folder.exists() and not self.folder.is_dir():
             raise InvalidInputError(f"{folder}: sharded output needs a folder, and this is a file")
+        # Folders this save makes, deepest first: an aborted first save leaves none behind.
+        self._made = [f for f in (self.folder, *self.folder.parents) if not f.exists()]
         self.folder.mkdir(parents=True, exist_ok=True)
         # What killed saves left goes now, whether or not this save completes.
         remove_unreferenced(self.folder)
@@ -80,7 +88,8 @@ class ShardedWriter(CloseOrAbort):
         self.system_metadata: dict = {}
         self.path = self.folder
         self._max = max_shard_size
-        self._options = writer_options
+        self._options = {"compression": compression, "compression_level": compression_level,
+                         "alignment": alignment, "chunk_bytes": chunk_bytes}
         self._save_id = uuid.uuid4().hex
         self._staging = self.folder / f"{STAGING_PREFIX}{self._save_id}"
         self._staging_fd = _create_staging(self.folder, self._staging)
@@ -113,15 +122,12 @@ class ShardedWriter(CloseOrAbort):
         it would take the current one past ``max_shard_size``."""
         if self._closed:
             raise ClosedError(f"writer for {self.folder} is closed")
-        if name in self._weight_map:
-            raise InvalidInputError(f"duplicate tensor name {name!r}")
+        tensor_names.require_new(name, self._weight_map)
         # An empty tensor never starts a shard; one larger than the limit gets its own.
         full = self._max is not None and self._size and nbytes and self._size + nbytes > self._max
         if self._current is not None and full:
             self._finish_shard()
-        if self._current is None:
-            self._open_shard()
-        return self._current
+        return self._current if self._current is not None else self._open_shard()
 
     def _added(self, name: str, nbytes: int) -> None:
         self._size += nbytes
@@ -158,14 +164,21 @@ class ShardedWriter(CloseOrAbort):
                 except OSError:
                     pass  # never hide the error that made us abort; the next save removes it
         self._release_staging()
+        for folder in self._made:
+            try:
+                folder.rmdir()  # only if empty: nothing anyone else put there is touched
+            except OSError:
+                break
 
     # -- internals -------------------------------------------------------------
 
-    def _open_shard(self) -> None:
+    def _open_shard(self) -> Writer:
+        """Start the next shard: the writer tensors go to from now on."""
         i = len(self._staged) + 1
-        self._current = Writer(self._staging / f"{i:05d}.lzy", metadata=self.metadata, **self._options)
-        self._current.system_metadata[SHARD_KEY] = {"save_id": self._save_id, "shard": i}
+        current = self._current = Writer(self._staging / f"{i:05d}.lzy", metadata=self.metadata, **self._options)
+        current.system_metadata[SHARD_KEY] = {"save_id": self._save_id, "shard": i}
         self._size = 0
+        return current
 
     def _finish_shard(self) -> None:
         if self._current is not None:

@@ -34,7 +34,7 @@ MAX_DEPTH = 100
 
 # Exact types only: a subclass would come back as its base, so it is left
 # for ls.save to refuse. A concrete path is rebuilt as this platform's Path.
-_PATH_NAMES = {PosixPath: "Path", WindowsPath: "Path", PurePosixPath: "PurePosixPath",
+_PATH_NAMES: dict[type, str] = {PosixPath: "Path", WindowsPath: "Path", PurePosixPath: "PurePosixPath",
                PureWindowsPath: "PureWindowsPath"}
 _PATH_TYPES = {"Path": Path, "PurePosixPath": PurePosixPath, "PureWindowsPath": PureWindowsPath}
 NAMESPACE = "Namespace"
@@ -75,7 +75,8 @@ def _plain(x, at: tuple, found: list, depth: int):
         if out is None:
             return x
         if hasattr(x, "_metadata"):  # a state_dict()'s module versions, which ls.save keeps
-            out._metadata = x._metadata
+            # dict's stubs know no _metadata: torch sets it on the OrderedDict a state_dict() returns
+            out._metadata = x._metadata  # type: ignore[attr-defined]
         return out
     if t is list or t is tuple:
         items = [_plain(v, at + (i,), found, depth + 1) for i, v in enumerate(x)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Mapping
+from concurrent.futures import Future
 
 import lazystore as ls
 from lazystore.lightning import objects, torch_files
@@ -25,7 +26,7 @@ class LazyStoreCheckpointIO(CheckpointIO):
         super().__init__()
         self.compression = compression
         self.blocking = blocking
-        self._pending: tuple[str, object] | None = None  # (path, future) of the save in flight
+        self._pending: tuple[str, Future] | None = None  # (path, future) of the save in flight
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options: Mapping | None = None) -> None:
         path = os.fspath(path)

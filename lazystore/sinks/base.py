@@ -9,15 +9,40 @@ part. ``closed`` is true once either has run.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import ClassVar
 
-class Sink:
-    """What a sink offers beyond ``write``: ``write_many``, for a writer's
-    window of chunks. Sinks that gain nothing from having them together
-    write them one by one."""
+
+class Sink(ABC):
+    """Where a writer's bytes go (see the module docstring)."""
+
+    # A sink that can write the file's first bytes again once the rest is
+    # written (a local file) sets this to a method taking those bytes; the
+    # writer then states the exact format version in the preamble.
+    rewrite_head: ClassVar[Callable[..., None] | None] = None
+
+    @property
+    @abstractmethod
+    def closed(self) -> bool:
+        """True once ``commit`` or ``abort`` has run."""
+
+    @abstractmethod
+    def write(self, data) -> int:
+        """Append ``data`` (any buffer); its length."""
 
     def write_many(self, blobs) -> list[int]:
-        """Write ``blobs`` in order; their lengths."""
+        """Write ``blobs`` in order; their lengths. Sinks that gain nothing
+        from having a writer's window of chunks together write them one by one."""
         return [self.write(blob) for blob in blobs]
+
+    @abstractmethod
+    def commit(self) -> None:
+        """Publish what was written, whole, at the target."""
+
+    @abstractmethod
+    def abort(self) -> None:
+        """Throw away what was written; the target keeps what it had. Never raises."""
 
 
 def byte_view(data) -> memoryview:
@@ -39,9 +64,18 @@ def split_views(views: list[memoryview], n: int) -> tuple[list[memoryview], list
     return head, []
 
 
-class CloseOrAbort:
+class CloseOrAbort(ABC):
     """``with`` support for writers: close (commit) when the block ends
-    normally, abort (discard everything) when it raises."""
+    normally, abort (discard everything) when it raises. A mixin: the class
+    using it supplies ``close`` and ``abort``."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Publish what was written."""
+
+    @abstractmethod
+    def abort(self) -> None:
+        """Discard what was written."""
 
     def __enter__(self):
         return self

@@ -14,10 +14,9 @@ a tensor's ragged ends) are gathered in a buffer of our own first.
 Why aligned and large: Linux (6.x, ext4 and xfs) fills the page cache in
 folios sized by each write and aligned to its offset, and a mapped read
 faults in a whole folio at a time. Written as 1 MiB chunks behind the
-64-byte preamble, a 256 MiB file was left in small folios: touching every
-page of its mapping took 9.4 ms against 2.0 ms after 2 MiB-aligned writes of
-8 MiB, and ``lazystore.torch.load_file`` with every page touched 16.6 ms
-against 7.7 ms (safetensors, which writes each tensor whole: 15.0 ms).
+64-byte preamble, a file is left in small folios, and reading every page of
+its mapping costs several times what it costs after large aligned writes
+(the figures: docs/benchmarks.md, "Figures behind the code").
 
 A buffered file object would flush on close, so throwing a failed save away
 on a full disk would fail again, and the partial file, filling the disk,

@@ -10,7 +10,11 @@ class ByteSource:
 
     size: int
     name: str
-    closed: bool = False
+    _closed: bool = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def read_into(self, offset: int, out) -> None:
         """Fill the writable buffer ``out`` with the bytes at ``offset``."""
@@ -21,7 +25,7 @@ class ByteSource:
         self._check_range(start, stop)
         out = np.empty(stop - start, dtype=np.uint8)
         self.read_into(start, out)
-        return memoryview(out)
+        return out.data  # a memoryview of out's bytes
 
     def read_many(self, ranges) -> list:
         """The bytes of each ``(start, stop)`` range, in the order given.

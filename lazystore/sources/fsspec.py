@@ -89,10 +89,6 @@ class FsspecSource(ByteSource):
         self._changed: tuple | None = None  # (errno, message) once it is known to have changed
         self.size = self._opened["size"]
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def close(self) -> None:
         # The filesystem is fsspec's cached instance, shared: not ours to close.
         self._closed = True
@@ -242,8 +238,8 @@ class FsspecSource(ByteSource):
 _CAUGHT = (Exception, asyncio.CancelledError)
 # Statuses worth asking again: timeouts, throttling and every 5xx.
 _TRANSIENT_4XX = {408, 425, 429}
-# errno for the statuses that have one
-_STATUS_ERRNO = {401: errno.EACCES, 403: errno.EACCES}
+# errno for the statuses that have one (looked up with _status(), None for a failure without one)
+_STATUS_ERRNO: dict[int | None, int] = {401: errno.EACCES, 403: errno.EACCES}
 
 
 def _cause(exc: BaseException) -> BaseException:

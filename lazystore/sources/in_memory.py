@@ -30,10 +30,6 @@ class BytesSource(ByteSource):
         self.name = name
         self._closed = False
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def mapped(self) -> memoryview:
         return self._view
 

@@ -62,6 +62,7 @@ class LocalFile(ByteSource):
 
     # (device, inode) of the file, when opened by lazystore.sources.safe_files.
     identity: tuple[int, int] | None = None
+    _map: mapping.mmap | None  # None: not mapped (or empty), or closed
 
     def __init__(self, path, *, mmap: bool = True, fd: int | None = None, keep_fd: bool = True):
         self.name = os.fspath(path)
@@ -114,10 +115,6 @@ class LocalFile(ByteSource):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), self.name) from None
         if not stat.S_ISREG(mode):
             raise not_regular(self.name, mode) from None
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     def mapped(self) -> memoryview | None:
         return self._view if self._mapped else None

@@ -53,6 +53,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Self
 
+from lazystore.errors import ClosedError
+
 # What a request can get instead of a proper answer. HEAD requests heed only
 # "error", "reset" and "swap"; the others answer a HEAD properly.
 FAULTS = (
@@ -143,14 +145,24 @@ class Folder:
     map while the file is unchanged, so its ETag stays) or gives None for a
     name that is missing, not a regular file, or outside ``root``. A file
     truncated in place while mapped would crash the server (SIGBUS): lazystore
-    itself only ever replaces files whole, by rename."""
+    itself only ever replaces files whole, by rename. ``folder[name] = data``
+    serves ``data`` at ``name`` from then on (as a "swap" fault does), leaving
+    the disk alone."""
 
     def __init__(self, root):
         self.root = os.path.realpath(root)
         self._maps: dict[str, tuple[tuple, object]] = {}  # name -> (identity, map)
+        self._replaced: dict[str, object] = {}  # name -> the bytes-like served instead of the file
         self._lock = threading.Lock()
 
+    def __setitem__(self, name: str, data) -> None:
+        with self._lock:
+            self._replaced[name] = data
+
     def get(self, name: str):
+        with self._lock:
+            if name in self._replaced:
+                return self._replaced[name]
         path = os.path.realpath(os.path.join(self.root, urllib.parse.unquote(name.partition("?")[0])))
         if os.path.commonpath([self.root, path]) != self.root:
             return None  # ".." or a link out of the folder
@@ -183,7 +195,7 @@ class RangeServer:
 
     def __init__(self, files: dict | Folder | None = None, *, delay: float = 0.0, stall_seconds: float = 5.0,
                  plan=None, seed: int = 0, host: str = "127.0.0.1", port: int = 0, record: bool = True):
-        self.files = files if isinstance(files, Folder) else dict(files or {})
+        self.files: dict | Folder = files if isinstance(files, Folder) else dict(files or {})
         self.host, self.record = host, record
         self._port = port
         self.requests: list[Request] = []
@@ -199,7 +211,7 @@ class RangeServer:
         self.max_in_flight = 0
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     # -- life cycle ------------------------------------------------------------------
@@ -220,6 +232,7 @@ class RangeServer:
             self._server.shutdown()
             self._server.server_close()
             self._server.close_connections()
+            assert self._thread is not None  # start() set it along with _server
             self._thread.join()
             self._server = None
 
@@ -233,6 +246,8 @@ class RangeServer:
 
     @property
     def port(self) -> int:
+        if self._server is None:
+            raise ClosedError("the RangeServer is not running: start() it, or use it in a with block")
         return self._server.server_address[1]
 
     def url(self, name: str) -> str:
@@ -359,17 +374,20 @@ class _Handler(BaseHTTPRequestHandler):
         req = Request("GET", self.path, start, stop)
         fault = owner._record(req)
         kind = fault.kind if fault is not None else None
-        if kind == "swap":  # answered from the new bytes
+        if fault is not None and fault.kind == "swap":  # answered from the new bytes
             data = fault.data
+            assert data is not None  # Fault refuses a swap without data
             start, stop = _parse_range(self.headers.get("Range"), len(data))
         if owner.delay:
             owner._stopping.wait(owner.delay)
         if data is None:
             return self._empty(404, req)
-        if kind in ("error", "reset"):
+        if fault is not None and fault.kind in ("error", "reset"):
             return self._fail(fault, req)
         size = len(data)
-        if start is None or kind == "whole":
+        # _parse_range gives both bounds or neither: ``stop is None`` only tells mypy so.
+        content_range = None
+        if start is None or stop is None or kind == "whole":
             status, body = 200, memoryview(data)
         elif start >= size or stop <= start:
             return self._empty(416, req, {"Content-Range": f"bytes */{size}"})
@@ -378,11 +396,12 @@ class _Handler(BaseHTTPRequestHandler):
                 shift = 1 if stop < size else -1 if start > 0 else 0
                 start, stop = start + shift, stop + shift
             status, body = 206, memoryview(data)[start:stop]
+            content_range = f"bytes {start}-{stop - 1}/{size}"
         half = body[: len(body) // 2]
         req.status = status
         self.send_response(status)
-        if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
+        if content_range is not None:
+            self.send_header("Content-Range", content_range)
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("ETag", owner._etag(name, data))
         self.send_header("Content-Length", str(len(half) if kind == "short" else len(body)))
@@ -395,12 +414,12 @@ class _Handler(BaseHTTPRequestHandler):
             if kind != "short":
                 self.close_connection = True
             return
-        if kind == "flip" and len(body):
+        if fault is not None and fault.kind == "flip" and len(body):
             at = fault.at if fault.at is not None else _rng(owner.seed, req).randrange(len(body))
             req.flipped = (start or 0) + at
-            body = bytearray(body)  # a copy: the object itself stays intact
-            body[at] ^= 0xFF
-            body = memoryview(body)
+            flipped = bytearray(body)  # a copy: the object itself stays intact
+            flipped[at] ^= 0xFF
+            body = memoryview(flipped)
         self._send(body, req)
 
     def _send(self, body: memoryview, req: Request) -> None:

@@ -16,12 +16,12 @@ import os
 from collections.abc import Mapping
 
 from lazystore import api
-from lazystore._core import arguments, ties, torch_arrays
+from lazystore._core import arguments, tensor_names, ties, torch_arrays
 from lazystore._core.torch_reads import tensors_of
-from lazystore._native.writer import Writer
 from lazystore.api import open as open_checkpoint
 from lazystore.api import open_bytes
 from lazystore.errors import InvalidInputError
+from lazystore.writing.writer import Writer
 
 # safetensors' own I/O strategies; lazystore chooses its own (a map of a
 # local file, range requests for a URL), so either is accepted and means that.
@@ -104,8 +104,7 @@ def checked(tensors) -> dict[str, str]:
     if not isinstance(tensors, Mapping):
         raise InvalidInputError(f"expected a dict of str to torch.Tensor, got {type(tensors).__name__}")
     for name, t in tensors.items():
-        if not isinstance(name, str):
-            raise InvalidInputError(f"tensor names must be str, got {type(name).__name__}: {name!r}")
+        tensor_names.require_str(name)
         if not isinstance(t, torch.Tensor):
             raise InvalidInputError(f"{name!r} is a {type(t).__qualname__}, not a torch.Tensor")
         torch_arrays.describe(t, repr(name))  # dense, a storable dtype, not on the meta device
@@ -116,7 +115,7 @@ def write(tensors: Mapping, filename, metadata, options: dict) -> None:
     """Write checked ``tensors`` as ``ls.save`` writes a flat dict of torch
     tensors (the format its extension names; tied tensors once in a
     lazystore file), as plain tensors: a Parameter's flags are not kept."""
-    arguments.known_options(options, OPTIONS)
+    arguments.known_options(options, OPTIONS, others=("metadata",))
     if isinstance(filename, (str, os.PathLike)) and os.path.isdir(filename):
         raise InvalidInputError(f"{os.fspath(filename)!r} is a folder: save_file writes one file")
     api.save({name: t.detach() for name, t in tensors.items()}, filename, metadata=metadata, **options)

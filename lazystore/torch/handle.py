@@ -17,7 +17,7 @@ import json
 import numpy as np
 
 from lazystore._core import staging, ties, torch_arrays
-from lazystore._core.dtypes import lookup
+from lazystore._core.dtypes import spec_for
 from lazystore._core.torch_reads import tensors_of
 from lazystore.errors import ClosedError, InvalidInputError, TensorNotFoundError
 from lazystore.torch import files, slice_rules
@@ -157,7 +157,7 @@ class SafeSlice:
     def get_dtype(self) -> str:
         """safetensors' dtype string ("F32", "BF16", ...); lazystore's name
         for the dtypes safetensors lacks (complex128, complex32)."""
-        spec = lookup(self._slice.dtype)
+        spec = spec_for(self._slice.dtype)  # a stored tensor's dtype is always in the table
         return spec.safetensors or spec.name
 
     def __getitem__(self, index):

@@ -13,7 +13,7 @@ the file on the CPU.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from itertools import chain
 
 from lazystore._core import ties
@@ -88,7 +88,7 @@ def _one_per_group(state: dict, groups: list[list[str]]) -> list[str]:
     return twins
 
 
-def _mismatch(model, missing: list[str], unexpected: list[str]) -> str:
+def _mismatch(model, missing: Collection[str], unexpected: Collection[str]) -> str:
     """torch's wording, which safetensors' error uses too."""
     lines = [f"Error(s) in loading state_dict for {type(model).__name__}:"]
     if missing:

@@ -47,12 +47,16 @@ def checked(index, shape: tuple[int, ...]):
     for axis in reversed(range(len(bounds))):
         start, stop, _ = bounds[axis]
         n = shape[axis]
-        if (start is not None and start >= n) or (stop is not None and stop > n):
-            asked = start if start is not None and start >= n else stop - 1
-            shown = ", ".join(b[2] for b in bounds)
-            raise InvalidSelectionError(
-                f"Error during slicing [{shown}] with shape {list(shape)}: "
-                f"index {asked} out of bounds for tensor dimension #{axis} of size {n}")
+        if start is not None and start >= n:
+            asked = start
+        elif stop is not None and stop > n:
+            asked = stop - 1
+        else:
+            continue
+        shown = ", ".join(b[2] for b in bounds)
+        raise InvalidSelectionError(
+            f"Error during slicing [{shown}] with shape {list(shape)}: "
+            f"index {asked} out of bounds for tensor dimension #{axis} of size {n}")
     return index
 
 

@@ -64,9 +64,9 @@ class Series:
         names = {}
         for s in sorted(steps):
             try:
-                names[s] = mgr._base_name(s)
+                names[s] = mgr.files.base_name(s)
             except READ_ERRORS as exc:  # cannot be opened: damaged, and no part of any tree
-                mgr._note_damage(s, describe(mgr.path(s), exc))
+                mgr.files.note_damage(s, describe(mgr.path(s), exc))
         self.steps = list(names)
         by_name = {mgr.path(s).name: s for s in self.steps}
         self.parent: dict[int, int | None] = {}
@@ -78,7 +78,8 @@ class Series:
 
     def chain(self, step: int) -> list[int]:
         """The bases of ``step``, nearest first, up to its root."""
-        out, s = [], self.parent[step]
+        out: list[int] = []
+        s = self.parent[step]
         while s is not None and len(out) <= len(self.steps):  # the bound: no cycle can hang us
             out.append(s)
             s = self.parent[s]

@@ -10,7 +10,7 @@ alone by any manager opened on the folder.
 
 Saves can run in the background (``blocking=False``): the state is
 snapshotted on the caller's thread and written by the manager's worker
-thread (:mod:`~lazystore.training.background`), one save at a time.
+thread (:mod:`~lazystore.writing.background`), one save at a time.
 
 One manager saves into a folder at a time, and any number may read it: a
 manager holds the folder's lock file from its first save to ``close()``
@@ -37,11 +37,14 @@ import numpy as np
 
 from lazystore import api
 from lazystore._native.base_ref import MAX_CHAIN
-from lazystore._native.writer import Writer
 from lazystore.codecs import codec_for
 from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
 from lazystore.sinks import fsync_dir
-from lazystore.training import background, chains, damage, rebasing, reverse, saver_lock, tree
+from lazystore.training import chains, damage, rebasing, reverse, saver_lock
+from lazystore.training.step_files import StepFiles, checkpoint_name
+from lazystore.views import tree
+from lazystore.writing import background
+from lazystore.writing.writer import Writer
 
 log = logging.getLogger("lazystore")
 MANAGER_KEY = "__lazystore_manager__"
@@ -52,11 +55,6 @@ MANAGER_VERSION = 1
 # rebasing at retention, bounded.
 DEFAULT_KEYFRAME_EVERY = 16
 _FILE = re.compile(r"step-(\d{12,})\.lzy")
-
-
-def checkpoint_name(step: int) -> str:
-    """The file name of a step's checkpoint: ``step-000000000123.lzy``."""
-    return f"step-{step:012d}.lzy"
 
 
 class CheckpointManager:
@@ -128,11 +126,8 @@ class CheckpointManager:
         self.directory = Path(os.fspath(directory))
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        # step -> ((inode, mtime_ns, size), metrics): re-read if the file changes.
-        self._metrics_cache: dict[int, tuple[tuple, dict]] = {}
-        # step -> ((inode, mtime_ns, size), its base, version, ...): likewise.
-        self._facts_cache: dict[int, tuple[tuple, chains.Facts]] = {}
-        self._damage = damage.DamageLog()
+        # Its checkpoint files: paths, cached index facts and metrics, known damage.
+        self.files = StepFiles(self.directory)
         # Held from the first save to close(): one saving manager per folder.
         self._folder_lock = saver_lock.SaverLock(self.directory)
         # Saves, in order, one at a time (blocking ones from several threads
@@ -176,14 +171,14 @@ class CheckpointManager:
 
         def finish(writer, prepared) -> Path:
             try:
-                api._fill(writer, prepared, {MANAGER_KEY: entry})
+                background.write_prepared(writer, prepared, {MANAGER_KEY: entry})
             finally:
                 self._writing = None  # durable now, or failed (leaving what was there)
             with self._lock:
                 # The new checkpoint is durable: only now may older ones go,
                 # and then the one before it be coded against it.
-                self._forget(step)
-                self._metrics_cache[step] = (_stat_key(path), metrics)
+                self.files.forget(step)
+                self.files.remember_metrics(step, metrics)
                 self._apply_retention()
                 if self.delta:
                     reverse.after_save(self, step)
@@ -254,7 +249,7 @@ class CheckpointManager:
 
     def path(self, step: int) -> Path:
         """Where checkpoint ``step`` is (or would be) stored."""
-        return self.directory / checkpoint_name(_step(step))
+        return self.files.path(_step(step))
 
     def restore(self, step: int | None = None, *, map_location=None, verify: bool = True):
         """Load a checkpoint (the latest by default) as :func:`lazystore.load` does:
@@ -282,12 +277,12 @@ class CheckpointManager:
         Each newly found one is also logged as a warning."""
         with self._saver.paused():  # no save of ours rewrites a file under the check
             steps = self.steps()
-            known = self._damage.known(steps, self.path)
+            known = self.files.known_damaged(steps)
             found = {}
             for step in steps:
                 reason = known.get(step) or damage.check(self.path(step))
                 if reason is not None:
-                    self._note_damage(step, reason)
+                    self.files.note_damage(step, reason)
                     found[step] = reason
             return found
 
@@ -322,15 +317,7 @@ class CheckpointManager:
 
     def _metrics(self, step: int) -> dict:
         with self._reading(step) as path:
-            key = _stat_key(path)
-            cached = self._metrics_cache.get(step)
-            if cached is not None and cached[0] == key:
-                return cached[1]
-            with api.open(path) as ck:
-                entry = ck.system_metadata.get(MANAGER_KEY)
-            metrics = _decode_entry(entry, path)
-        self._metrics_cache[step] = (key, metrics)
-        return metrics
+            return self.files.metrics(step, path, _read_metrics)
 
     @contextlib.contextmanager
     def _reading(self, step: int):
@@ -346,34 +333,6 @@ class CheckpointManager:
             raise CheckpointNotFoundError(
                 f"checkpoint step {step} ({os.fspath(path)}) was deleted while it was being read "
                 f"(retention, or another process); retained steps: {self.steps()}") from None
-
-    def _note_damage(self, step: int, reason: str) -> None:
-        self._damage.note(step, self.path(step), reason)
-
-    def _known_damaged(self, steps) -> dict[int, str]:
-        return self._damage.known(steps, self.path)
-
-    def _base_name(self, step: int) -> str | None:
-        """The file name of checkpoint ``step``'s base (None: a keyframe)."""
-        return self._facts(step).base
-
-    def _facts(self, step: int) -> chains.Facts:
-        path = self.path(step)
-        key = _stat_key(path)
-        cached = self._facts_cache.get(step)
-        if cached is None or cached[0] != key:
-            cached = self._facts_cache[step] = (key, chains.facts_of(path))
-        return cached[1]
-
-    def _remove(self, step: int) -> None:
-        """Delete checkpoint ``step`` (the caller fsyncs the folder)."""
-        self.path(step).unlink(missing_ok=True)
-        self._forget(step)
-
-    def _forget(self, step: int) -> None:
-        """Checkpoint ``step`` was deleted or written again."""
-        self._metrics_cache.pop(step, None)
-        self._facts_cache.pop(step, None)
 
     def _prepare_replace(self, step: int) -> None:
         """Before checkpoint ``step`` is saved again: rewrite what depends on it."""
@@ -392,7 +351,7 @@ class CheckpointManager:
             except CheckpointNotFoundError:
                 continue
             except damage.READ_ERRORS as exc:
-                self._note_damage(step, damage.describe(self.path(step), exc))
+                self.files.note_damage(step, damage.describe(self.path(step), exc))
                 continue
             if value is not None and not (isinstance(value, float) and math.isnan(value)):
                 scored.append((value if self.mode == "min" else -value, step))
@@ -406,7 +365,7 @@ class CheckpointManager:
         ranked = self._ranked(steps) if self.keep_best is not None else []
         # A damaged checkpoint is left in place, and counts for no rule: the
         # rules keep that many intact checkpoints (as far as is known).
-        damaged = self._known_damaged(steps)
+        damaged = self.files.known_damaged(steps)
         intact = [s for s in steps if s not in damaged]
         keep = set(damaged)
         if self.keep_last is not None:
@@ -419,7 +378,7 @@ class CheckpointManager:
         deletable = rebasing.rebase_dependents(self, doomed, keep)
         removed = False
         for step in rebasing.deletion_order(self, [s for s in doomed if s in deletable]):
-            self._remove(step)
+            self.files.remove(step)
             removed = True
         # (Temporary files of saves that crashed are removed by the writer
         # at the start of every save into this folder.)
@@ -484,6 +443,7 @@ def _decode_entry(entry, path) -> dict:
     return metrics
 
 
-def _stat_key(path: Path) -> tuple:
-    st = os.stat(path)
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
+def _read_metrics(path: Path) -> dict:
+    """The metrics a checkpoint file records (in its manager entry)."""
+    with api.open(path) as ck:
+        return _decode_entry(ck.system_metadata.get(MANAGER_KEY), path)

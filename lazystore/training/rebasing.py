@@ -36,11 +36,11 @@ from __future__ import annotations
 
 from lazystore import api
 from lazystore._native.base_ref import BASE_KEY
-from lazystore._native.writer import Writer
 from lazystore.errors import LazyStoreError
 from lazystore.sinks import fsync_dir
 from lazystore.training.chains import Series
 from lazystore.training.damage import READ_ERRORS, Damaged, check, describe
+from lazystore.writing.writer import Writer
 
 
 def rewrite(mgr, step: int, base: int | None, checked: set[int]) -> None:
@@ -65,7 +65,7 @@ def rewrite(mgr, step: int, base: int | None, checked: set[int]) -> None:
             for name in ck:
                 # One tensor at a time, decoded through the chain and checked chunk by chunk.
                 w.add(name, _reading(step, path, lambda name=name: ck[name]))
-    mgr._forget(step)
+    mgr.files.forget(step)
     checked.add(step)  # written just now from checked bytes: no need to read it all again as a base
 
 
@@ -93,13 +93,13 @@ def rebase_dependents(mgr, gone: list[int], keep: set[int], *, replacing: bool =
         try:
             return _rebase(mgr, set(gone), set(keep), replacing, checked)
         except Damaged as found:
-            mgr._note_damage(found.step, found.reason)  # then plan again, around it
+            mgr.files.note_damage(found.step, found.reason)  # then plan again, around it
     raise LazyStoreError(f"internal: rebasing in {mgr.directory} found new damage in every round")
 
 
 def _rebase(mgr, gone: set[int], keep: set[int], replacing: bool, checked: set[int]) -> set[int]:
     series = Series(mgr, mgr.steps())
-    damaged = set(mgr._known_damaged(series.steps)) - gone
+    damaged = set(mgr.files.known_damaged(series.steps)) - gone
     # A damaged checkpoint is never rewritten, and nothing it is coded against may change under it.
     frozen = damaged.union(*(series.chain(d) for d in damaged))
     if replacing:
@@ -142,7 +142,7 @@ def _drop_below(mgr, series: Series, step: int, gone: set[int], damaged: set[int
     if not gone.issuperset(below):  # cannot happen: a kept one is deeper, so rewritten already
         raise LazyStoreError(f"internal: checkpoints {sorted(set(below) - gone)} still depend on step {step}")
     for s in sorted(below, key=lambda s: -series.depth(s)):
-        mgr._remove(s)
+        mgr.files.remove(s)
         series.removed(s)
     fsync_dir(mgr.directory)  # durably gone before the base they needed is rewritten
 

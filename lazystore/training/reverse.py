@@ -79,7 +79,7 @@ def after_save(mgr, step: int) -> None:
     try:
         rewrite(mgr, prev, step, {step})  # step: written just now, and read checked as it is coded against
     except Damaged as found:
-        mgr._note_damage(found.step, found.reason)
+        mgr.files.note_damage(found.step, found.reason)
     except READ_ERRORS as exc:  # the disk full, say: prev stays whole, which costs bytes only
         log.warning("checkpoint step %d stays whole: coding it against step %d failed (%s)", prev, step, exc)
 
@@ -97,9 +97,9 @@ def _previous(mgr, series: Series, step: int) -> int | None:
     parent = series.parent[prev]
     if prev in series.foreign or (parent is not None and parent > prev):
         return None  # coded against a file that is no checkpoint here, or against a newer one already
-    if mgr._known_damaged([prev, *below]):
+    if mgr.files.known_damaged([prev, *below]):
         return None  # a damaged file, or what it is coded against, is never rewritten
-    if any(mgr._facts(s).version <= LEGACY for s in series.children(prev)):
+    if any(mgr.files.facts(s).version <= LEGACY for s in series.children(prev)):
         return None  # it would die with prev rewritten (its migration failed)
     if len(below) + 2 > mgr.keyframe_every or _levels(series, prev, below) + 1 > MAX_CHAIN:
         return None
@@ -117,11 +117,11 @@ def _work(mgr, series: Series, prev: int, below: list[int]) -> float:
     coded against the newest. ``prev``'s own share is predicted by the
     delta coded last under it (its newest child), else by a whole one."""
     children = series.children(prev)
-    own = mgr._facts(max(children)).work if children else 1.0
+    own = mgr.files.facts(max(children)).work if children else 1.0
     worst = 0.0
     for s in below:
         path = [s, *series.chain(s)]
-        worst = max(worst, sum(mgr._facts(x).work for x in path[: path.index(prev)]))
+        worst = max(worst, sum(mgr.files.facts(x).work for x in path[: path.index(prev)]))
     return own + worst
 
 
@@ -130,14 +130,14 @@ def _migrate(mgr, series: Series) -> bool:
     same base, deepest first; says whether any was. Damaged ones are noted
     and left as they are (and so is their base: see :func:`_previous`)."""
     legacy = [s for s in series.steps
-              if series.parent[s] is not None and mgr._facts(s).version <= LEGACY]
-    damaged = mgr._known_damaged(legacy)
+              if series.parent[s] is not None and mgr.files.facts(s).version <= LEGACY]
+    damaged = mgr.files.known_damaged(legacy)
     checked: set[int] = set()
     for s in sorted(legacy, key=lambda s: -series.depth(s)):
-        if s in damaged or mgr._known_damaged(series.children(s)):
+        if s in damaged or mgr.files.known_damaged(series.children(s)):
             continue  # nothing a damaged file is coded against changes under it
         try:
             rewrite(mgr, s, series.parent[s], checked)
         except Damaged as found:
-            mgr._note_damage(found.step, found.reason)
+            mgr.files.note_damage(found.step, found.reason)
     return bool(legacy)

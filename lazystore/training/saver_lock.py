@@ -49,7 +49,7 @@ class SaverLock:
 
     def __init__(self, folder: Path):
         self.path = folder / LOCK_NAME
-        self._release = None  # a weakref.finalize closing the locked descriptor
+        self._release: weakref.finalize[[int], SaverLock] | None = None  # closes the locked descriptor
 
     @property
     def held(self) -> bool:

@@ -95,6 +95,8 @@ class ViewBase(abc.ABC, Mapping):
     format: str = "lazystore"
     format_version: tuple = ()
     name: str
+    _metadata: dict
+    _system_metadata: dict
     _table: Mapping
     # The view this one was selected from; None for the view that owns the
     # resources (the one that opened them).
@@ -258,7 +260,7 @@ class TensorSlice:
 
     Every kind of view returns one. It takes basic indexing only (ints,
     slices, Ellipsis, None; anything else raises
-    :class:`~lazystore.errors.InvalidIndexError`, an ``IndexError``) and
+    :class:`~lazystore.errors.InvalidSelectionError`, an ``IndexError``) and
     hands ``read(index, picks)`` the index and the range of elements it
     picks on each axis, so the view reads just those (a raw tensor of a
     local file gives a read-only view, a compressed one decodes only the

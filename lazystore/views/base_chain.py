@@ -46,13 +46,17 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import TYPE_CHECKING
 
 from lazystore._native.base_ref import MAX_CHAIN, BaseRef, peek_base_ref
 from lazystore._native.entry_rules import DELTA_CODEC
 from lazystore._native.index import Entry
 from lazystore.codecs import DELTA_CODEC_IDS
 from lazystore.errors import BaseCheckpointError, ChecksumError, FormatError, TensorNotFoundError
-from lazystore.sources import is_url
+from lazystore.sources import ByteSource, is_url
+
+if TYPE_CHECKING:  # checkpoint imports this module
+    from lazystore.views.checkpoint import CheckpointView
 
 
 def sibling(location: str, name: str) -> str:
@@ -78,8 +82,8 @@ class Link:
         self.ref = ref
         self.of = of
         self.path = sibling(of, ref.file)
-        self.source = None
-        self.view = None
+        self.source: ByteSource | None = None
+        self.view: CheckpointView | None = None
 
     def error(self, why: str) -> BaseCheckpointError:
         return BaseCheckpointError(f"base checkpoint {self.path} (of delta checkpoint {self.of}) {why}")
@@ -89,14 +93,19 @@ class Link:
         shape and chunk grid (rule B2). Its size is then the delta's. A
         codec-2 delta's base must also be the very file it was coded
         against (rule B3); a codec-3 delta's content is checked chunk by
-        chunk as it is decoded (rule B5)."""
+        chunk as it is decoded (rule B5).
+
+        Asked only of a link :meth:`Chain.view` has opened."""
+        view = self.view
+        assert view is not None, "entry_for of a base not opened"
         if entry.codec == DELTA_CODEC:
-            identity = self.view._file.index.identity
+            identity = view._file.index.identity
+            assert identity is not None, "a base is a lazystore file: its trailer gives the identity"
             if identity != (self.ref.index_checksum, self.ref.index_length):
                 raise self.error("is not the file it was coded against: it was replaced or rewritten since "
                                  f"(index xxh3 {identity[0]:016x}, expected {self.ref.index_checksum:016x})")
         try:
-            found = self.view._entry(entry.name)
+            found = view._entry(entry.name)
         except TensorNotFoundError:
             raise self.error(f"has no tensor {entry.name!r}") from None
         if (found.dtype, found.shape, found.grid) != (entry.dtype, entry.shape, entry.grid):
@@ -154,7 +163,7 @@ class Chain:
                     self.links.append(Link(below, link.path))
                 k += 1
 
-    def view(self, k: int):
+    def view(self, k: int) -> CheckpointView:
         """The view of base ``k`` (0: the nearest), opening the bases up to
         it that are not open yet; BaseCheckpointError naming the first that
         cannot be. A base that could not be opened is tried again next time."""
@@ -174,9 +183,11 @@ class Chain:
                     del links[j + 1 :]
                 if below is not None and len(links) == j + 1:
                     links.append(Link(below, link.path))
-            return links[k].view
+            view = links[k].view
+            assert view is not None, "link k was opened last, by the loop above"
+            return view
 
-    def _open(self, j: int, link: Link):
+    def _open(self, j: int, link: Link) -> CheckpointView:
         if j >= MAX_CHAIN:
             raise link.error(f"is more than {MAX_CHAIN} bases down a chain (lazystore follows {MAX_CHAIN})")
         source, link.source = link.source, None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from functools import partial
+from typing import cast
 
 import numpy as np
 
@@ -53,7 +54,7 @@ class _File:
         if verify:
             self.verified: set[int] = set()  # global ids of raw chunks already checked
             self.lock = threading.Lock()
-        self._reader = None
+        self._reader: ChunkReader | None = None
         # A delta file's bases (see base_chain): a base's view reads through
         # the rest of the chain it is in; an opened file gets a chain of its
         # own, held from now on when the file is local.
@@ -71,6 +72,13 @@ class _File:
         if reader is None:
             reader = self._reader = ChunkReader(self.source, self.index, self.base)
         return reader
+
+    def delta_bases(self) -> Bases:
+        """:attr:`base`, for a file known to hold delta tensors: such a
+        file's index names its base (Index refuses one that does not), so
+        it is never None there."""
+        assert self.base is not None, "delta tensors in a file without a base"
+        return self.base
 
     def close(self) -> None:
         self.source.close()
@@ -91,13 +99,20 @@ class CheckpointView(ViewBase):
         :class:`~lazystore._native.index.Index` and format version:
         lazystore's own by default, another format's parser for foreign
         files (see :mod:`lazystore.interop`). Nothing after it depends on
-        the format."""
+        the format.
+
+        ``verify=True`` (every raw read checked on access) of a file that
+        records no checksums raises VerificationUnavailableError, as
+        :meth:`verify` does: reading it with nothing checked would not be
+        what was asked for."""
         try:
             index, version = index_reader(source)
+            if verify and not index.checksums_known:
+                raise _unverifiable(source.name, index, "; open it without verify=True to read it unchecked")
         except BaseException:
             source.close()
             raise
-        self._file = _File(source, index, version, verify, _bases)
+        self._take(_File(source, index, version, verify, _bases))
         # Names to positions: the index's KeyTable (or, once listed, its
         # dict: see __iter__), or a dict for a selection.
         self._table = index.keys
@@ -112,9 +127,19 @@ class CheckpointView(ViewBase):
             self._table = keys.positions
         return names
 
+    def _take(self, file: _File) -> None:
+        """Read ``file``, and say what the contract's attributes say of it
+        (none of which changes while it is open)."""
+        self._file = file
+        self.name = file.source.name  # the path or URL of the file
+        self.format = file.index.kind  # "lazystore" or "safetensors"
+        self.format_version = file.version
+        self._metadata = file.index.metadata
+        self._system_metadata = file.index.system_metadata
+
     def _selection(self, table: dict) -> CheckpointView:
         sub = CheckpointView.__new__(CheckpointView)
-        sub._file = self._file
+        sub._take(self._file)
         sub._table = table
         sub._whole = False
         return sub
@@ -124,33 +149,11 @@ class CheckpointView(ViewBase):
         self._file.close()
 
     @property
-    def name(self) -> str:
-        """The path or URL of the file."""
-        return self._file.source.name
-
-    @property
-    def format(self) -> str:
-        """The format of the file: "lazystore" or "safetensors"."""
-        return self._file.index.kind
-
-    @property
-    def format_version(self) -> tuple:
-        return self._file.version
-
-    @property
     def base(self) -> str | None:
         """Where the base of a delta file (format 1.2 or 1.3) is: the file its
         delta tensors were coded against, beside it. None for other files."""
         bases = self._file.base
         return None if bases is None else bases.path
-
-    @property
-    def _metadata(self) -> dict:
-        return self._file.index.metadata
-
-    @property
-    def _system_metadata(self) -> dict:
-        return self._file.index.system_metadata
 
     # -- reading -------------------------------------------------------------
 
@@ -197,8 +200,7 @@ class CheckpointView(ViewBase):
         file = self._file
         index = file.index
         if not index.checksums_known:
-            raise VerificationUnavailableError(
-                f"cannot verify {self.name}: {index.unverifiable or 'it records no checksums'}")
+            raise _unverifiable(self.name, index)
         names, entries = self._named_entries(keys)
         if keys is None:
             index.check_head(file.source, file.version)
@@ -206,7 +208,7 @@ class CheckpointView(ViewBase):
         for entry in deltas:  # decoding a chunk allocates what it claims: bound that first
             self._bound(entry)
         ok = file.reader.stored_ok_many(entries)
-        failing = file.base.failing(deltas) if deltas else set()  # the chain below, to its keyframe
+        failing = file.delta_bases().failing(deltas) if deltas else set()  # the chain below, to its keyframe
         bad = {n for n, good in zip(names, ok) if not good} | failing
         for entry in deltas:
             if entry.codec == CONTENT_DELTA and entry.name not in bad:  # its base's bytes, all checked
@@ -237,14 +239,17 @@ class CheckpointView(ViewBase):
         entries = file.index.entries_of(positions)
         reader = file.reader
         verify = verify or file.verify
-        private = None
-        outputs, decoded, viewed, jobs = {}, [], [], []
+        private: memoryview | None = None  # the private mapping raw tensors are viewed in, asked for once
+        asked = False
+        # None holds a decoded tensor's place (the file's order) until it is decoded.
+        outputs: dict[str, np.ndarray | None] = {}
+        decoded, viewed, jobs = [], [], []
         ndarray = np.ndarray
         for name, pos, entry in zip(names, positions, entries):
             d = entry.described
             if d.codec == RAW_ID:
-                if private is None:
-                    private = file.source.private_mapping() or False
+                if not asked:
+                    private, asked = file.source.private_mapping(), True
                 if private:
                     viewed.append(pos)
                     # One numpy call per tensor: a view of the private mapping.
@@ -262,7 +267,7 @@ class CheckpointView(ViewBase):
             run_all(lambda t: t(), checks + jobs)  # jobs are tasks too for a mapped source
         for name, buf, entry in decoded:
             outputs[name] = _as_tensor(buf, entry)
-        return outputs
+        return cast(dict[str, np.ndarray], outputs)  # every place filled above
 
     @property
     def nbytes(self) -> int:
@@ -340,7 +345,15 @@ class CheckpointView(ViewBase):
         is that of a tensor a keyframe stores, which its file bounds (raw:
         by its bytes; compressed: by rule C3). BaseCheckpointError if not."""
         if entry.codec in DELTA_CODEC_IDS:
-            self._file.base.plan(entry)
+            self._file.delta_bases().plan(entry)
+
+
+def _unverifiable(name: str, index: Index, hint: str = "") -> VerificationUnavailableError:
+    """The error for verifying a file that records no checksums, by
+    ``verify()`` or on access: nothing says what its bytes should be."""
+    why = index.unverifiable or "it records no checksums"
+    return VerificationUnavailableError(f"cannot verify {name}: {why}, so nothing says what its bytes "
+                                        f"should be{hint}")
 
 
 def _open_base_file(link: Link, *, mmap: bool) -> ByteSource:

@@ -18,8 +18,10 @@ checks skipped; ``CheckpointView.verify`` refuses to run on it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from itertools import accumulate
+from typing import cast
 
 import numpy as np
 
@@ -29,7 +31,7 @@ from lazystore._core.chunking import SlicePlan
 from lazystore._core.parallel import run_all
 from lazystore._core.scratch import scratch
 from lazystore._native.index import Entry, Index
-from lazystore.codecs import CODECS_BY_ID, DELTA_CODEC_IDS, RAW, ContentDeltaPlanes
+from lazystore.codecs import CODECS_BY_ID, DELTA_CODEC_IDS, RAW, Codec, ContentDeltaPlanes, DeltaCodec
 from lazystore.codecs.delta import word_size
 from lazystore.errors import ChecksumError, FormatError
 from lazystore.sources import ByteSource
@@ -45,7 +47,9 @@ FETCH_BATCH_BYTES = 64 << 20
 # get_slice of a tensor that cannot be viewed in place decodes about this
 # many bytes of chunks at a time.
 PART_BATCH_BYTES = 16 << 20
-DELTA = CODECS_BY_ID[2]  # codec 3 decodes as codec 2: they differ in how the base is identified
+# Codec 3 decodes as codec 2: they differ in how the base is identified. The
+# registry maps both delta ids to DeltaCodecs, the others to Codecs.
+DELTA = cast(DeltaCodec, CODECS_BY_ID[2])
 CONTENT_DELTA = ContentDeltaPlanes.id
 # verify() of a mapped file checks tensors in pool tasks of about this many
 # stored bytes (one task each for tensors at least this large); a verified
@@ -63,7 +67,7 @@ class ChunkReader:
         # Unmapped sources are fetched from (see the module's docstring).
         self.fetching = source.mapped() is None
         self.checked = index.checksums_known
-        self._first_chunks = None  # see _chunk_starts
+        self._first_chunks: np.ndarray | None = None  # see _chunk_starts
 
     def jobs(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool, places=None, *,
              onto_base: bool = False) -> list:
@@ -262,7 +266,9 @@ class ChunkReader:
         base's decoded chunk ``c`` of codec-3 ``entry``, hash to what the
         chunk was coded against (format 1.3): the base is identified by its
         content, so one rewritten with the same content stays valid."""
-        expected = int(self.index.base_checksums[entry.first_chunk + c])
+        base_checksums = self.index.base_checksums
+        assert base_checksums is not None  # a codec-3 entry's file records them: rule C5 refuses one that does not
+        expected = int(base_checksums[entry.first_chunk + c])
         actual = digest(base_bytes)
         if actual != expected:
             raise self.base.changed(f"tensor {entry.name!r} chunk {c}", expected, actual)
@@ -293,7 +299,7 @@ class ChunkReader:
             if entry.codec in DELTA_CODEC_IDS:
                 DELTA.add_into(blob, target, entry.planes, word_size(entry.dtype))
             else:
-                CODECS_BY_ID[entry.codec].decode_into(blob, target, entry.planes)
+                cast(Codec, CODECS_BY_ID[entry.codec]).decode_into(blob, target, entry.planes)  # not a delta
         except FormatError as exc:
             raise FormatError(f"{_what(entry, c)}: {exc}") from None
 
@@ -406,7 +412,7 @@ def _consume(pair) -> None:
     consume(blob)
 
 
-def _raw_runs(ids: list[int], lengths: list[int]) -> list[list[int]]:
+def _raw_runs(ids: list[int], lengths: Sequence[int]) -> list[list[int]]:
     """Group consecutive chunk ids into runs of at most RAW_RUN_BYTES."""
     runs: list[list[int]] = []
     size = 0

@@ -116,3 +116,9 @@ def test_missing_lightning_names_the_lightning_extra(monkeypatch):
     with pytest.raises(ls.MissingDependencyError) as exc:
         importlib.import_module("lazystore.lightning")
     check_hint(str(exc.value), "lightning")
+
+
+def test_the_version_is_pyproject_s():
+    from lazystore._core.distribution import VERSION
+
+    assert ls.__version__ == VERSION == PROJECT["version"]

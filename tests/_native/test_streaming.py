@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import lazystore as ls
-from lazystore._native import writer as writer_module
 from lazystore.interop import convert
 from lazystore.views import chunk_reader
+from lazystore.writing import writer as writer_module
 
 
 def floats(shape, seed=0) -> np.ndarray:

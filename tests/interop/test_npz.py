@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import lazystore as ls
-from lazystore._native import writer as writer_module
 from lazystore.cli import diff as cli_diff
 from lazystore.interop import archives, convert
+from lazystore.writing import writer as writer_module
 from tests._native.test_streaming import peak_numpy_bytes
 from tests.cli.helpers import run
 

@@ -4,7 +4,9 @@ real all-MiniLM-L6-v2 weights converted both ways bit-exactly."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import struct
 
 import numpy as np
@@ -13,6 +15,8 @@ import safetensors.numpy as stnp
 from safetensors import safe_open
 
 import lazystore as ls
+import lazystore.numpy
+from lazystore import interop
 from lazystore._core.dtypes import BY_SAFETENSORS
 from lazystore.interop import convert
 from lazystore.interop import safetensors as st
@@ -86,8 +90,62 @@ def test_plain_safetensors_cannot_be_verified(st_file):
     with ls.open(st_file) as ck:
         with pytest.raises(ls.VerificationUnavailableError, match="no lazystore checksums"):
             ck.verify()
-    with ls.open(st_file, verify=True) as ck:  # reads still work, with nothing to check
+        assert same(ck["f32"], all_dtypes()["f32"])  # reads work, with nothing to check
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("how", ["path", "file object"])
+def test_verify_on_access_of_plain_safetensors_is_refused_as_verify_is(st_file, how):
+    # verify=True asks for every raw read to be checked: a file that records
+    # no checksums cannot give that, so it is refused as verify() refuses,
+    # naming the file, rather than read with nothing checked.
+    with ls.open(st_file) as ck, pytest.raises(ls.VerificationUnavailableError) as by_verify:
+        ck.verify()
+    fds = _open_fds()
+    opening = {"path": lambda: ls.open(st_file, verify=True),
+               "file object": lambda: ls.open(io.BytesIO(st_file.read_bytes()), verify=True)}[how]
+    with pytest.raises(ls.VerificationUnavailableError) as on_open:
+        opening()
+    assert "no lazystore checksums" in str(on_open.value) and "without verify=True" in str(on_open.value)
+    if how == "path":  # verify()'s own message, and how to read the file anyway
+        assert str(on_open.value).startswith(str(by_verify.value))
+    assert _open_fds() == fds  # the refused file is closed
+
+
+def test_reading_plain_safetensors_by_default_still_checks_what_it_can(st_file):
+    # load's verify=True is its default, "check what the file records":
+    # a file that records nothing loads, as documented, unchecked.
+    ref = all_dtypes()
+    assert all(same(a, ref[n]) for n, a in ls.load(st_file).items())
+    assert all(same(a, ref[n]) for n, a in ls.load(st_file, verify=True).items())
+    assert all(same(a, ref[n]) for n, a in lazystore.numpy.load(st_file.read_bytes(), verify=True).items())
+    with ls.open(st_file) as ck:
+        assert set(ck.load(verify=True)) == set(ref)
+
+
+def test_open_verified_checks_what_a_file_records_and_opens_the_rest(tmp_path, st_file):
+    w = np.arange(64, dtype=np.float32)
+    signed = tmp_path / "signed.safetensors"
+    ls.save({"w": w}, signed)
+    with ls.open(signed) as ck:
+        off = ck.info("w").offset
+    data = bytearray(signed.read_bytes())
+    data[off] ^= 0x40
+    signed.write_bytes(bytes(data))
+    with interop.open_verified(signed) as ck, pytest.raises(ls.ChecksumError):
+        ck["w"]  # verified on access: the flipped byte is caught
+    with interop.open_verified(st_file, mmap=False) as ck:  # nothing recorded: opened as it is
         assert same(ck["f32"], all_dtypes()["f32"])
+
+
+def test_verify_on_access_of_lazystore_written_safetensors_checks(tmp_path):
+    path = tmp_path / "signed.safetensors"
+    ls.save({"w": np.arange(6, dtype=np.float32)}, path)
+    with ls.open(path, verify=True) as ck:
+        assert ck.verify() == [] and same(ck["w"], np.arange(6, dtype=np.float32))
 
 
 def test_sniffing_is_by_content_not_extension(tmp_path, st_file):

@@ -134,6 +134,9 @@ def test_hugging_face_folder_opens_as_one_view(tmp_path):
         assert "safetensors" in ck.format
         with pytest.raises(ls.VerificationUnavailableError):
             ck.verify()
+    # Verify-on-access is refused as verify() is, naming the first shard.
+    with pytest.raises(ls.VerificationUnavailableError, match="model-00001-of-00002.safetensors.*no lazystore"):
+        ls.open(folder, verify=True)
     # Convert the whole folder to one lazystore file and back to shards.
     assert cli.main(["convert", str(folder), str(tmp_path / "one.lzy")]) == 0
     assert cli.main(["convert", str(tmp_path / "one.lzy"), str(tmp_path / "shards"), "--max-shard-size", "40KB"]) == 0

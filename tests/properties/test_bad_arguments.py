@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import lazystore as ls
-from lazystore.interop import SafetensorsWriter
+import lazystore.numpy as ls_numpy
+from lazystore.interop import SafetensorsWriter, ShardedWriter
 
 ARRAYS = {"w": np.random.default_rng(0).standard_normal(4096).astype(np.float32)}
 
@@ -62,14 +63,15 @@ def test_writer_refuses_bad_options(tmp_path, options):
     _raises_and_writes_nothing(tmp_path, lambda: ls.Writer(tmp_path / "a.lzy", **options))
 
 
+@pytest.mark.parametrize("name", ["a.lzy", "a.safetensors"])
 @pytest.mark.parametrize("options", BAD_WRITER_OPTIONS.values(), ids=BAD_WRITER_OPTIONS)
-def test_torch_save_file_refuses_bad_options(tmp_path, options):
+def test_torch_save_file_refuses_bad_options(tmp_path, options, name):
     torch_files = pytest.importorskip("lazystore.torch")
     torch = pytest.importorskip("torch")
     metadata = options.get("metadata")
     rest = {k: v for k, v in options.items() if k != "metadata"}
     _raises_and_writes_nothing(
-        tmp_path, lambda: torch_files.save_file({"w": torch.ones(8)}, tmp_path / "a.lzy", metadata, **rest))
+        tmp_path, lambda: torch_files.save_file({"w": torch.ones(8)}, tmp_path / name, metadata, **rest))
 
 
 def test_the_message_names_the_argument(tmp_path):
@@ -120,3 +122,100 @@ def test_good_levels_still_pass(tmp_path):
     for level in (1, 22, 0, -5, np.int64(3)):  # zstd's levels, its fast ones, a numpy int
         ls.save(ARRAYS, tmp_path / "a.lzy", compression="zstd", compression_level=level)
         assert np.array_equal(ls.load(tmp_path / "a.lzy")["w"], ARRAYS["w"])
+
+
+# -- every writer checks its options when it is built, not at the first encode -------------
+
+# What a safetensors file can be asked for: no layout, no compression, but a
+# compression_level is checked as a Writer checks it.
+BAD_SAFETENSORS_WRITER_OPTIONS = {k: v for k, v in BAD_WRITER_OPTIONS.items()
+                                  if k.startswith(("level", "metadata", "compression"))}
+
+
+@pytest.mark.parametrize("blocking", [True, False], ids=["blocking", "background"])
+@pytest.mark.parametrize("options", BAD_WRITER_OPTIONS.values(), ids=BAD_WRITER_OPTIONS)
+def test_save_as_safetensors_refuses_bad_options(tmp_path, options, blocking):
+    _raises_and_writes_nothing(
+        tmp_path, lambda: ls.save(ARRAYS, tmp_path / "a.safetensors", blocking=blocking, **options))
+
+
+@pytest.mark.parametrize("options", BAD_SAFETENSORS_WRITER_OPTIONS.values(), ids=BAD_SAFETENSORS_WRITER_OPTIONS)
+def test_safetensors_writer_refuses_bad_options(tmp_path, options):
+    _raises_and_writes_nothing(tmp_path, lambda: SafetensorsWriter(tmp_path / "a.safetensors", **options))
+
+
+@pytest.mark.parametrize("options", BAD_WRITER_OPTIONS.values(), ids=BAD_WRITER_OPTIONS)
+def test_sharded_writer_refuses_bad_options(tmp_path, options):
+    _raises_and_writes_nothing(tmp_path, lambda: ShardedWriter(tmp_path / "s", max_shard_size=100, **options))
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd ", 3])
+def test_checkpoint_manager_refuses_a_bad_compression_when_built(tmp_path, compression):
+    _raises_and_writes_nothing(tmp_path, lambda: ls.CheckpointManager(tmp_path / "run", compression=compression))
+
+
+def test_valid_safetensors_and_sharded_options_still_pass(tmp_path):
+    ls.save(ARRAYS, tmp_path / "a.safetensors", compression="none", compression_level=3)
+    with SafetensorsWriter(tmp_path / "b.safetensors", compression=None, compression_level=-5) as w:
+        w.add("w", ARRAYS["w"], compression="zstd")  # per tensor, accepted and ignored as before
+    with ShardedWriter(tmp_path / "s", max_shard_size=1 << 20, compression="zstd", compression_level=3,
+                       chunk_bytes=1024, alignment=64) as w:
+        w.add("w", ARRAYS["w"])
+    for path in ("a.safetensors", "b.safetensors", "s"):
+        assert np.array_equal(ls.load(tmp_path / path)["w"], ARRAYS["w"])
+    with ls.open(tmp_path / "s") as ck:
+        assert ck.info("w").compression == "zstd" and ck.info("w").chunk_count == 16
+
+
+# -- a misspelt keyword is named, with the one meant ------------------------------------
+
+TYPOS = {"compresion": "compression", "compression_levl": "compression_level", "chunk_byte": "chunk_bytes",
+         "alignement": "alignment", "metdata": "metadata", "max_shard_sise": "max_shard_size"}
+
+
+def _savers():
+    yield "ls.save", lambda p, **kw: ls.save(ARRAYS, p / "a.lzy", **kw)
+    yield "ls.save safetensors", lambda p, **kw: ls.save(ARRAYS, p / "a.safetensors", **kw)
+    yield "ls.save background", lambda p, **kw: ls.save(ARRAYS, p / "a.lzy", blocking=False, **kw)
+    yield "numpy.save_file", lambda p, **kw: ls_numpy.save_file(ARRAYS, p / "a.lzy", **kw)
+    yield "numpy.save", lambda p, **kw: ls_numpy.save(ARRAYS, **kw)
+    try:
+        import torch
+
+        import lazystore.torch as lt
+    except ImportError:
+        return
+    yield "torch.save_file", lambda p, **kw: lt.save_file({"w": torch.ones(8)}, p / "a.lzy", **kw)
+    yield "torch.save", lambda p, **kw: lt.save({"w": torch.ones(8)}, **kw)
+
+
+SAVERS = dict(_savers())
+
+
+@pytest.mark.parametrize("typo", TYPOS)
+@pytest.mark.parametrize("saver", SAVERS)
+def test_a_misspelt_keyword_is_named_with_the_one_meant(tmp_path, saver, typo):
+    if saver.startswith("torch") and typo == "max_shard_sise":
+        pytest.skip("lazystore.torch writes one file: max_shard_size is no keyword of its either")
+    err = _raises_and_writes_nothing(tmp_path, lambda: SAVERS[saver](tmp_path, **{typo: 1}))
+    assert repr(typo) in str(err) and f"did you mean {TYPOS[typo]!r}?" in str(err)
+
+
+def test_an_unknown_keyword_like_nothing_lists_the_accepted_ones(tmp_path):
+    err = _raises_and_writes_nothing(tmp_path, lambda: ls.save(ARRAYS, tmp_path / "a.lzy", workers=2))
+    assert "'workers'" in str(err) and "did you mean" not in str(err) and "chunk_bytes" in str(err)
+
+
+@pytest.mark.parametrize("build", [
+    lambda p, **kw: ls.Writer(p / "a.lzy", **kw),
+    lambda p, **kw: SafetensorsWriter(p / "a.safetensors", **kw),
+    lambda p, **kw: ShardedWriter(p / "s", max_shard_size=100, **kw),
+    lambda p, **kw: ls.CheckpointManager(p / "run", **kw),
+], ids=["Writer", "SafetensorsWriter", "ShardedWriter", "CheckpointManager"])
+def test_explicit_keyword_surfaces_refuse_a_typo(tmp_path, build):
+    # Their keywords are spelt out in their signatures: Python refuses the
+    # typo, naming it, before anything is made.
+    before = set(tmp_path.iterdir())
+    with pytest.raises(TypeError, match="compresion"):
+        build(tmp_path, compresion="zstd")
+    assert set(tmp_path.iterdir()) == before

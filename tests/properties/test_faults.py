@@ -19,7 +19,7 @@ import pytest
 import lazystore as ls
 from lazystore.interop import to_safetensors
 from lazystore.testing.faults import SyscallFaults
-from lazystore.training.manager import checkpoint_name
+from lazystore.training.step_files import checkpoint_name
 
 ERRNOS = [errno.EIO, errno.ENOSPC]
 

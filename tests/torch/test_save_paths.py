@@ -17,7 +17,7 @@ import torch
 
 import lazystore as ls
 import lazystore.torch as lst
-from lazystore.training.tree import TREE_KEY, flatten
+from lazystore.views.tree import TREE_KEY, flatten
 from tests.cli.helpers import run
 
 

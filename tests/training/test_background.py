@@ -22,12 +22,11 @@ import pytest
 import torch
 
 import lazystore as ls
-from lazystore import api
 from lazystore.testing.faults import SyscallFaults
 from lazystore.testing.strategies import same_tree
-from lazystore.training import background
-from lazystore.training.background import SaveFuture
 from lazystore.training.saver_lock import LOCK_NAME
+from lazystore.writing import background
+from lazystore.writing.background import SaveFuture
 
 
 def state(step: int) -> dict:
@@ -50,7 +49,7 @@ def mutate(s: dict) -> None:
 
 
 class Gate:
-    """Wraps api._fill (the write, on the worker) so it waits for ``open()``:
+    """Wraps background.write_prepared (the write, on the worker) so it waits for ``open()``:
     ``where="before"`` the write starts, ``"after"`` the file is renamed into
     place (and before the manager's retention and bookkeeping)."""
 
@@ -81,7 +80,7 @@ class Gate:
 def gate(monkeypatch):
     def make(where="before") -> Gate:
         g = Gate(where)
-        monkeypatch.setattr(api, "_fill", g(api._fill))
+        monkeypatch.setattr(background, "write_prepared", g(background.write_prepared))
         return g
     return make
 

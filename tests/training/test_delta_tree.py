@@ -43,7 +43,7 @@ def test_keep_last_8_keeps_the_oldest_at_most_delta_depth_deep_and_the_latest_wh
     names = {mgr.path(s).name: s for s in mgr.steps()}
     for step, base in base_names(mgr).items():
         assert base is None or names[base] > step  # bases are newer
-    assert depth(mgr, mgr.steps()[0]) <= 2 and mgr._base_name(mgr.latest()) is None
+    assert depth(mgr, mgr.steps()[0]) <= 2 and mgr.files.base_name(mgr.latest()) is None
     check_folder(mgr, moving)
 
 
@@ -52,7 +52,7 @@ def test_verify_and_restore_check_the_whole_chain(tmp_path):
     mgr = save_series(tmp_path, range(1, 6), keyframe_every=100, delta_depth=3)
     deepest = max(mgr.steps(), key=lambda s: depth(mgr, s))
     names = {mgr.path(s).name: s for s in mgr.steps()}
-    middle = names[mgr._base_name(deepest)]
+    middle = names[mgr.files.base_name(deepest)]
     assert depth(mgr, middle) >= 1
     # The middle of the chain written again with the same content (another
     # encoding, another index): its dependents were coded against that
@@ -69,8 +69,8 @@ def test_verify_and_restore_check_the_whole_chain(tmp_path):
     mgr2 = save_series(tmp_path / "b", range(1, 6), keyframe_every=100, delta_depth=3)
     deep2 = max(mgr2.steps(), key=lambda s: depth(mgr2, s))
     keyframe = mgr2.path(deep2)
-    while mgr2._base_name(int(keyframe.stem[5:])) is not None:
-        keyframe = mgr2.directory / mgr2._base_name(int(keyframe.stem[5:]))
+    while mgr2.files.base_name(int(keyframe.stem[5:])) is not None:
+        keyframe = mgr2.directory / mgr2.files.base_name(int(keyframe.stem[5:]))
     with ls.open(keyframe) as ck:
         info = ck.info("model/w")
     data = bytearray(keyframe.read_bytes())

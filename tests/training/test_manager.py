@@ -14,8 +14,9 @@ import torch
 
 import lazystore as ls
 from lazystore.testing.strategies import same_tree
-from lazystore.training.manager import MANAGER_KEY, checkpoint_name
+from lazystore.training.manager import MANAGER_KEY
 from lazystore.training.saver_lock import LOCK_NAME
+from lazystore.training.step_files import checkpoint_name
 
 
 def state(step):

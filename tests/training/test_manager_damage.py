@@ -133,7 +133,7 @@ def test_retention_never_rewrites_a_delta_over_a_damaged_raw_keyframe(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression=None, keep_last=1, keep_best=1, metric="loss")
     for step in (1, 2):
         mgr.save(step, state(step), metrics={"loss": step})  # 1 (the best) a delta against 2, a raw keyframe
-    assert mgr._base_name(1) == mgr.path(2).name
+    assert mgr.files.base_name(1) == mgr.path(2).name
     flip_bit(mgr.path(2))  # unchecked on read: raw
     mgr.save(3, state(3), metrics={"loss": 3})  # retention drops 2, so 1 would be rewritten from 2's bytes
     # No checkpoint that verifies clean holds anything but its own step's values.

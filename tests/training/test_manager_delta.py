@@ -25,7 +25,7 @@ def state(step: int) -> dict:
 
 
 def base_names(mgr) -> dict:
-    return {s: mgr._base_name(s) for s in mgr.steps()}
+    return {s: mgr.files.base_name(s) for s in mgr.steps()}
 
 
 def moving(step: int) -> dict:
@@ -36,7 +36,7 @@ def moving(step: int) -> dict:
 def depth(mgr, step: int) -> int:
     """How many deltas deep ``step`` is (0: a keyframe); every base listed."""
     names = {mgr.path(s).name: s for s in mgr.steps()}
-    base = mgr._base_name(step)
+    base = mgr.files.base_name(step)
     if base is None:
         return 0
     assert base in names, (step, base)
@@ -48,9 +48,9 @@ def restore_work(mgr, step: int) -> float:
     beyond its whole file (the share of each delta level that changed)."""
     names = {mgr.path(s).name: s for s in mgr.steps()}
     work = 0.0
-    while mgr._base_name(step) is not None:
-        work += mgr._facts(step).work
-        step = names[mgr._base_name(step)]
+    while mgr.files.base_name(step) is not None:
+        work += mgr.files.facts(step).work
+        step = names[mgr.files.base_name(step)]
     return work
 
 
@@ -66,7 +66,7 @@ def check_folder(mgr, state=state) -> None:
         assert depth(mgr, step) < mgr.keyframe_every, (step, base_names(mgr))
         assert restore_work(mgr, step) <= mgr.delta_depth + 1e-9, (step, base_names(mgr))
     if mgr.steps():
-        assert mgr._base_name(mgr.latest()) is None, base_names(mgr)
+        assert mgr.files.base_name(mgr.latest()) is None, base_names(mgr)
     assert sorted(set(os.listdir(mgr.directory)) - {LOCK_NAME}) == sorted(mgr.path(s).name for s in mgr.steps())
 
 
@@ -75,7 +75,7 @@ def test_the_newest_is_whole_and_older_ones_deltas_against_newer_ones(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=3, delta_depth=1)
     for step in range(1, 8):
         mgr.save(step, state(step))
-        assert mgr._base_name(step) is None  # every save is whole, and stays so until the next
+        assert mgr.files.base_name(step) is None  # every save is whole, and stays so until the next
     name = {s: mgr.path(s).name for s in mgr.steps()}
     # Chains of keyframe_every checkpoints, each ending in a whole one.
     assert base_names(mgr) == {1: name[2], 2: name[3], 3: None, 4: name[5], 5: name[6], 6: None, 7: None}
@@ -171,7 +171,7 @@ def test_background_saves_with_delta(tmp_path):
         for f in futures:
             f.result()
     check_folder(mgr)
-    assert mgr.steps() == [5, 6, 7] and mgr._base_name(6) is not None
+    assert mgr.steps() == [5, 6, 7] and mgr.files.base_name(6) is not None
 
 
 @pytest.mark.slow

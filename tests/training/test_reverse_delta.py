@@ -14,11 +14,11 @@ import pytest
 
 import lazystore as ls
 from lazystore import cli
-from lazystore._native import writer as writer_module
 from lazystore.codecs import delta as delta_codecs
 from lazystore.testing.strategies import same_tree
 from lazystore.training import reverse
 from lazystore.training.saver_lock import LOCK_NAME
+from lazystore.writing import writer as writer_module
 from tests.training.test_manager_delta import base_names, check_folder, moving, state
 
 
@@ -53,7 +53,7 @@ def test_background_saves_code_the_previous_checkpoint_on_the_worker(tmp_path, m
         assert [f.result() for f in futures] == [mgr.path(s) for s in range(1, 7)]
     # close() waited for the last rewrite: the shape is complete.
     assert threads and all(name.startswith("lazystore-save") for name in threads), threads
-    assert mgr.steps() == [3, 4, 5, 6] and mgr._base_name(5) == mgr.path(6).name
+    assert mgr.steps() == [3, 4, 5, 6] and mgr.files.base_name(5) == mgr.path(6).name
     check_folder(mgr, moving)
 
 
@@ -107,7 +107,7 @@ def test_two_whole_files_left_by_a_crash_before_the_rewrite_are_a_valid_series(t
 def legacy_writer(monkeypatch):
     """While active, ls.save(base=...) writes format 1.2 delta files (codec 2,
     16-byte chunk records), as lazystore did before format 1.3."""
-    monkeypatch.setattr("lazystore._native.delta_writer.ContentDeltaPlanes", delta_codecs.DeltaPlanes)
+    monkeypatch.setattr("lazystore.writing.delta_writer.ContentDeltaPlanes", delta_codecs.DeltaPlanes)
     monkeypatch.setattr(writer_module, "CONTENT_DELTA_MINOR", 2)
     records = writer_module._chunk_records
     monkeypatch.setattr(writer_module, "_chunk_records", lambda lengths, sums, bases, deltas: records(
@@ -128,7 +128,7 @@ def test_a_folder_of_format_1_2_deltas_is_migrated_on_the_next_save(tmp_path, le
     mgr.save(6, state(6))
     # Every 1.2 delta re-encoded (3 before 2: re-encoding 2 first would have
     # orphaned 3), then 5 coded against 6: 4, coded against 5, survives it.
-    assert mgr._base_name(5) == path(6).name and mgr._base_name(4) == path(5).name
+    assert mgr.files.base_name(5) == path(6).name and mgr.files.base_name(4) == path(5).name
     for step in mgr.steps():
         with mgr.open(step) as ck:
             assert ck.format_version != (1, 2), step
@@ -141,7 +141,7 @@ def test_a_reader_holding_the_previous_checkpoint_open_reads_it_through_its_rewr
     mgr.save(1, state(1))
     with mgr.open(1) as before:
         mgr.save(2, state(2))  # 1 written again, as a delta against 2, while it is open
-        assert mgr._base_name(1) == mgr.path(2).name
+        assert mgr.files.base_name(1) == mgr.path(2).name
         for name, array in before.load().items():  # the old file's bytes, still mapped
             assert array.tobytes() == state(1)["model"][name.split("/")[1]].tobytes(), name
     same_tree(state(1), mgr.restore(1))

@@ -137,7 +137,7 @@ def test_a_chain_longer_than_the_limit_is_refused_naming_the_base(longest, tmp_p
     for p in longest:
         os.link(p, tmp_path / p.name)
     top = tmp_path / "over.lzy"
-    from lazystore._native import delta_writer
+    from lazystore.writing import delta_writer
 
     # The writer refuses this (see tests/_native/test_delta.py); an older or foreign writer might not.
     real = delta_writer.MAX_CHAIN

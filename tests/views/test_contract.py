@@ -388,7 +388,7 @@ def test_get_slice_values(case):
 @pytest.mark.parametrize("index", [[0, 1], np.array([0, 2]), (slice(None), [1]), np.ones(50, dtype=bool), True,
                                    1.5, "a", (Ellipsis, 0, Ellipsis)], ids=repr)
 def test_get_slice_takes_basic_indexing_only(case, index):
-    with pytest.raises(ls.InvalidIndexError):
+    with pytest.raises(ls.InvalidSelectionError):
         case.view.get_slice(NAME)[index]
 
 

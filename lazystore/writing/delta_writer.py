@@ -108,7 +108,11 @@ class DeltaBase:
 
     def __init__(self, base, target, level: int | None):
         self.view = open_beside_target(base, target)
-        checksum, length = self.view._file.index.identity
+        identity = self.view._file.index.identity
+        # A CheckpointView opens lazystore files only (a foreign base is refused
+        # as such), and locate.read_index sets every such index's identity.
+        assert identity is not None
+        checksum, length = identity
         self.ref = BaseRef(os.path.basename(self.view.name), checksum, length)
         self.codec = ContentDeltaPlanes(level)
         self.used = False  # did any tensor end up delta-coded?

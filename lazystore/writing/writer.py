@@ -19,7 +19,7 @@ from functools import partial
 
 import numpy as np
 
-from lazystore._core import arguments, strict_json
+from lazystore._core import arguments, strict_json, tensor_names
 from lazystore._core.batching import batch_by_bytes
 from lazystore._core.checksum import digest
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
@@ -28,11 +28,12 @@ from lazystore._core.parallel import run_all, start_all
 from lazystore._core.rechunk import rechunk
 from lazystore._native import layout as fmt
 from lazystore._native.base_ref import BASE_KEY, CONTENT_DELTA_MINOR
-from lazystore._native.delta_writer import DeltaBase
 from lazystore._native.entry_rules import size_problem
 from lazystore.codecs import RAW, codec_for
 from lazystore.errors import ClosedError, InvalidInputError
-from lazystore.sinks import CloseOrAbort, open_sink
+from lazystore.sinks import open_sink
+from lazystore.writing.delta_writer import DeltaBase
+from lazystore.writing.interface import TensorWriter
 
 _DEFAULT = object()
 # A compressed tensor must save at least this fraction, else it is stored raw
@@ -43,7 +44,31 @@ MIN_SAVING = 0.01
 WINDOW_BYTES = 32 << 20
 
 
-class Writer(CloseOrAbort):
+def check_options(compression, compression_level, alignment, chunk_bytes):
+    """A Writer's compression and layout options, checked before anything is
+    made (an unknown codec, a level zstd does not have, an alignment that is
+    no power of two raise InvalidInputError naming the option): the default
+    codec, the alignment and the chunk size. The writers that make Writers
+    later (a sharded folder's, one per shard) check theirs with it when built."""
+    codec = codec_for(compression, compression_level)
+    alignment = arguments.integer("alignment", alignment, 8, 1 << 30)
+    if alignment & (alignment - 1):
+        raise InvalidInputError(f"alignment must be a power of two between 8 and 2**30, got {alignment}")
+    chunk_bytes = arguments.integer("chunk_bytes", chunk_bytes, 16, 1 << 31)
+    return codec, alignment, chunk_bytes
+
+
+def check_metadata(metadata) -> dict:
+    """A copy of the user's ``metadata`` (None: empty), checked as a file
+    will hold it: str keys, none reserved, JSON values. Fails now, not after
+    writing gigabytes."""
+    metadata = arguments.json_object("metadata", metadata)
+    _check_user_metadata(metadata)
+    _encode_metadata(metadata)
+    return metadata
+
+
+class Writer(TensorWriter):
     """Write a checkpoint one tensor at a time.
 
     >>> with Writer("model.lzy", compression="zstd") as w:   # doctest: +SKIP
@@ -60,7 +85,7 @@ class Writer(CloseOrAbort):
     ``base`` (a local lazystore file in the same folder as ``path``) makes
     the file a delta file (format 1.3): tensors the base holds with the same
     name, dtype and shape are coded against it (see
-    :mod:`lazystore._native.delta_writer`).
+    :mod:`lazystore.writing.delta_writer`).
     """
 
     def __init__(
@@ -75,18 +100,13 @@ class Writer(CloseOrAbort):
         storage_options: Mapping | None = None,
         base=None,
     ):
-        alignment = arguments.integer("alignment", alignment, 8, 1 << 30)
-        if alignment & (alignment - 1):
-            raise InvalidInputError(f"alignment must be a power of two between 8 and 2**30, got {alignment}")
-        chunk_bytes = arguments.integer("chunk_bytes", chunk_bytes, 16, 1 << 31)
+        codec, alignment, chunk_bytes = check_options(compression, compression_level, alignment, chunk_bytes)
         self.path = path
-        self.metadata = arguments.json_object("metadata", metadata)
-        _check_user_metadata(self.metadata)
-        _encode_metadata(self.metadata)  # fail now, not after writing gigabytes
+        self.metadata = check_metadata(metadata)
         # lazystore's own entries (RESERVED_METADATA_PREFIX keys), set by
         # higher layers such as nested-state saving; written beside the user's.
         self.system_metadata: dict = {}
-        self._codec = codec_for(compression, compression_level)
+        self._codec = codec
         self._level = compression_level
         self._alignment = alignment
         self._chunk_bytes = chunk_bytes
@@ -116,7 +136,7 @@ class Writer(CloseOrAbort):
         # the oldest version and is corrected on close if a tensor needed a
         # newer one; any other (an upload) states the newest, which every
         # reader of this major version accepts (docs/format.md §14).
-        self._rewrite_head = getattr(self._sink, "rewrite_head", None)
+        self._rewrite_head = self._sink.rewrite_head  # None: the head cannot be written again
         self._head_minor = fmt.BASE_MINOR if self._rewrite_head else fmt.DTYPE_MINOR
         self._minor = self._head_minor
         self._write(fmt.encode_preamble(self._head_minor))
@@ -279,16 +299,10 @@ class Writer(CloseOrAbort):
             raise ClosedError(f"writer for {self.path} is closed")
 
     def _check_name(self, name) -> None:
-        if not isinstance(name, str):
-            raise InvalidInputError(f"tensor names must be str, got {type(name).__name__}: {name!r}")
-        if "\0" in name:
-            raise InvalidInputError(f"tensor name {name!r} contains a NUL character")
-        try:
-            name.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidInputError(f"tensor name {name!r} cannot be encoded as UTF-8") from None
-        if name in self._seen:
-            raise InvalidInputError(f"duplicate tensor name {name!r}")
+        tensor_names.require_str(name)
+        tensor_names.require_no_nul(name)
+        tensor_names.require_utf8(name)
+        tensor_names.require_new(name, self._seen)
 
     def _write(self, data) -> int:
         return self._write_many((data,))[0]

@@ -30,18 +30,19 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from lazystore._core import ties, torch_arrays
+from lazystore._core import frameworks, ties, torch_arrays
 from lazystore._core.dtypes import spec_for
 from lazystore.errors import ShutdownError
-from lazystore.training import tree
+from lazystore.views import tree
 from lazystore.views.base import ViewBase
+from lazystore.writing.writer import Writer
 
 log = logging.getLogger("lazystore")
 
@@ -56,7 +57,7 @@ class Prepared:
     is) and its tensor leaves by key (live objects, or a snapshot's copies)."""
 
     structure: dict | None
-    leaves: object  # a Mapping of key -> tensor leaf
+    leaves: Mapping[str, object]  # key -> tensor leaf
     # A flat dict of torch tensors (tree.is_flat_torch): its file says so in
     # its metadata, and names that are another's tensor are aliases of it.
     torch_flat: bool = False
@@ -135,7 +136,7 @@ def snapshot(prepared: Prepared, buffers: Buffers) -> Prepared:
     keys = list(leaves.keys())
     buffers.start(keys)
     copies: dict[str, np.ndarray] = {}
-    devices = set()
+    devices: set[object] = set()  # torch.device values (torch is optional: not imported here)
     for key in keys:
         leaf = leaves[key]
         if torch_arrays.is_tensor(leaf):
@@ -343,3 +344,29 @@ def _lower_priority() -> None:
 # ls.save(..., blocking=False) without a manager: one worker for the process,
 # and no buffers kept (nothing would free them).
 DEFAULT = BackgroundSaver(keep_buffers=False)
+
+
+def write_prepared(w, prepared: Prepared, system_metadata: Mapping | None = None):
+    """Write a prepared state (see :func:`prepare`) into an open
+    writer and close it, with reserved metadata entries for lazystore's own
+    layers; an error discards the writer's file. Returns the written path.
+
+    A flat dict of torch tensors gets the reserved entry saying so, and in
+    a lazystore file each alias
+    is recorded instead of stored again; a safetensors file, which has no
+    such records, stores it whole."""
+    structure = prepared.structure
+    aliases = prepared.aliases if isinstance(w, Writer) else {}  # only lazystore files record aliases
+    with w:
+        if structure is not None:
+            w.system_metadata[tree.TREE_KEY] = structure
+        if prepared.torch_flat:
+            w.system_metadata[frameworks.FRAMEWORK_KEY] = frameworks.TORCH
+        if aliases:
+            w.system_metadata[ties.KEY] = ties.encode(aliases)
+        w.system_metadata.update(system_metadata or {})
+        for key, leaf in prepared.leaves.items():
+            if key not in aliases:
+                # One leaf at a time: a GPU tensor's CPU copy lives only while it is written.
+                w.add(key, tree.as_array(leaf))
+    return w.path

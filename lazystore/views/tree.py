@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 
-from lazystore._core import frameworks
+from lazystore._core import frameworks, tensor_names
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore._core.dtypes import spec_for
 from lazystore.errors import FormatError, InvalidInputError, UnsupportedDtypeError, UnsupportedVersionError
@@ -267,8 +267,7 @@ def _encode(x, path: tuple, found: list | None, depth: int) -> dict:
     if found is None:
         raise InvalidInputError(f"a tensor cannot be saved at {_where(path)}")
     key = SEP.join(path)
-    if "\0" in key:
-        raise InvalidInputError(f"tensor key {key!r} contains a NUL character")
+    tensor_names.require_no_nul(key, "tensor key")
     found.append((key, x, node))
     return node
 
@@ -295,10 +294,7 @@ def _dict_key(k, path):
 
 
 def _check_utf8(text: str, path, what: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInputError(f"{what} {text!r} at {_where(path)} cannot be encoded as UTF-8") from None
+    tensor_names.require_utf8(text, what, f" at {_where(path)}")
 
 
 # -- loading -------------------------------------------------------------------------

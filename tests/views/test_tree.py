@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import lazystore as ls
 from lazystore._core.distribution import DISTRIBUTION
 from lazystore.testing.strategies import DTYPE_LIST, random_array, reaches_mmap, same_bits, same_tree
-from lazystore.training import tree
+from lazystore.views import tree
 from tests.hypothesis_profiles import examples
 from tests.paths import FORMAT_SPEC
 
