@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks import finetune
 from tests.paths import REPO
 
@@ -72,6 +74,7 @@ def _positive(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
+@pytest.mark.slow
 def test_quick_benchmark_run(tmp_path):
     out = tmp_path / "out"
     before = checkout_files()

@@ -1,8 +1,9 @@
 """Every ```python block of README.md and docs/*.md runs, as written.
 
 Each block runs in a fresh namespace, in a fresh temporary folder (the
-current directory), so it must import what it uses and make the files it
-reads. Two HTML comment lines, directly above a block's fence, change that:
+current directory, and where the block's ``tempfile`` calls put their
+files, so that nothing is left in /tmp), so it must import what it uses and
+make the files it reads. Two HTML comment lines, directly above a block's fence, change that:
 
 - ``<!-- fragment -->``: the block shows a shape (a training loop around
   your own model, a bucket URL with your credentials) and is not run.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import re
 import signal
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,10 +132,12 @@ def skip_without_extras(chain: Chain) -> None:
 CHAINS = chains(DOCS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chain", CHAINS, ids=[c.id for c in CHAINS])
 def test_doc_block_runs(chain, tmp_path, monkeypatch):
     skip_without_extras(chain)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # a doc's mkdtemp(), removed with tmp_path
     run_chain(chain)
 
 

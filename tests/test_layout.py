@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import re
 
+import pytest
+
 from tests.paths import REPO
 
 PACKAGE = REPO / "lazystore"
@@ -44,6 +46,7 @@ def imported(name: str, path) -> set[str]:
     return {m for m in out if m in MODULES and m != name}
 
 
+@pytest.mark.slow
 def test_no_import_cycles():
     graph = {name: imported(name, path) for name, path in MODULES.items()}
     cycles = []

@@ -125,6 +125,7 @@ def test_threads_saving_and_loading_at_once(tmp_path):
     assert not errors, errors
 
 
+@pytest.mark.slow
 def test_imports_no_torch(tmp_path):
     import subprocess
     import sys

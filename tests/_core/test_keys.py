@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import lazystore as ls
 from lazystore._core.keys import SEARCHES_BEFORE_TABLE, KeyTable
+from tests.hypothesis_profiles import examples
 
 names_strategy = st.lists(st.text(st.characters(blacklist_characters="\0"), max_size=6), max_size=12)
 
@@ -16,7 +17,8 @@ def table(names: list[str]) -> KeyTable:
     return KeyTable("".join(n + "\0" for n in names), len(names))
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(300), deadline=None)
 @given(names=names_strategy, probes=st.lists(st.text(max_size=6), max_size=20))
 def test_every_lookup_agrees_with_the_list(names, probes):
     t = table(names)

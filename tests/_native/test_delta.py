@@ -50,6 +50,7 @@ def chain(tmp_path):
     return paths, [a, b, c]
 
 
+@pytest.mark.slow
 def test_every_file_of_a_chain_reads_back_bit_identical(chain):
     paths, states = chain
     for path, state in zip(paths, states):
@@ -62,6 +63,7 @@ def test_every_file_of_a_chain_reads_back_bit_identical(chain):
             assert ck.get_slice("w")[-1].tobytes() == state["w"][-1].tobytes()
 
 
+@pytest.mark.slow
 def test_versions_and_what_each_tensor_is_stored_as(chain):
     paths, _ = chain
     with ls.open(paths[0]) as ck:
@@ -89,6 +91,7 @@ def test_a_delta_of_an_unchanged_checkpoint_holds_no_tensor_bytes(tmp_path):
     _same_bytes(ls.load(tmp_path / "b.lzy"), state)
 
 
+@pytest.mark.slow
 def test_a_tensor_that_a_delta_does_not_shrink_is_stored_alone(tmp_path):
     # Unrelated new values: the delta is no smaller than the tensor alone.
     ls.save({"w": _trained_like((512, 512), seed=1)}, tmp_path / "a.lzy", compression="zstd")
@@ -136,6 +139,7 @@ def test_the_delta_takes_the_bases_chunk_grid(tmp_path):
 # -- the base: missing, replaced, damaged ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_missing_base_is_an_error_naming_it(chain):
     paths, states = chain
     paths[1].rename(paths[1].with_suffix(".moved"))
@@ -147,6 +151,7 @@ def test_a_missing_base_is_an_error_naming_it(chain):
     assert isinstance(exc.value, ls.FormatError)
 
 
+@pytest.mark.slow
 def test_a_replaced_base_is_refused_never_misread(chain):
     paths, states = chain
     # Other tensors under the same names: a base replaced (say, by another run) under the same name.
@@ -177,6 +182,7 @@ def _reencoded(paths, states, how):
         paths[0].unlink()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["raw", "zstd-level", "delta-against-another", "keyframe"])
 def test_a_base_rewritten_with_the_same_content_keeps_its_dependents_valid(chain, how):
     paths, states = chain
@@ -202,6 +208,7 @@ def test_a_delta_is_refused_against_a_base_that_is_coded_against_it(chain):
     assert paths[0].read_bytes() == before
 
 
+@pytest.mark.slow
 def test_a_base_two_links_down_the_chain_is_named(chain):
     paths, _ = chain
     paths[0].unlink()
@@ -229,6 +236,7 @@ def test_damage_in_the_base_fails_the_deltas_that_need_it(chain):
         assert ck["w"].shape == (256, 1024)  # w's own chain is intact
 
 
+@pytest.mark.slow
 def test_damage_in_the_delta_itself(chain):
     paths, _ = chain
     _flip_stored_byte(paths[2], "w")
@@ -433,6 +441,7 @@ def test_a_base_a_reader_would_refuse_is_refused_before_writing(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["fifo.lzy", "link.lzy", "out"]
 
 
+@pytest.mark.slow
 def test_a_base_already_at_the_chain_limit_is_refused_before_writing(tmp_path):
     from lazystore._native.base_ref import MAX_CHAIN
 

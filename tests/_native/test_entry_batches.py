@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import lazystore as ls
+from tests.hypothesis_profiles import examples
 from tests.properties.test_hostile import INDEX_CASES, Parts, base_tensors
 
 U64_MAX = 2**64 - 1
@@ -146,7 +147,8 @@ def many_blob(tmp_path_factory) -> tuple[bytes, list[str]]:
     return path.read_bytes(), names
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.slow
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lies=st.lists(st.tuples(st.integers(0, 23), st.sampled_from(FIELDS + ("chunk",)), VALUES, st.integers(0, 10**6)),
                      min_size=1, max_size=4))
 @example(lies=[(0, "codec", 1, 0)])  # a raw float32 scalar called zstd: legal entry, undecodable chunk

@@ -30,6 +30,7 @@ def small_windows(monkeypatch):
     monkeypatch.setattr(chunk_reader, "PART_BATCH_BYTES", 64 << 10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [None, "zstd"])
 @pytest.mark.parametrize("piece", [1, 997, 4096, 1 << 20])
 def test_pieces_write_the_same_file_as_one_array(tmp_path, small_windows, compression, piece):
@@ -117,6 +118,7 @@ def peak_numpy_bytes(fn) -> int:
 BOUND = 8 << 20
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_a_slice_costs_the_slice_not_the_tensor(tmp_path, small_windows, compression):
     arr = floats((16384, 1024))  # 64 MiB
@@ -129,6 +131,7 @@ def test_a_slice_costs_the_slice_not_the_tensor(tmp_path, small_windows, compres
     assert peak < BOUND, f"slicing 64 MiB peaked at {peak / 2**20:.1f} MiB"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_copying_a_tensor_holds_a_window_not_the_tensor(tmp_path, small_windows, compression):
     arr = floats((16384, 1024))  # 64 MiB, copied 64 KiB at a time

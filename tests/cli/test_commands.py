@@ -206,6 +206,7 @@ def test_convert_refuses_corrupt_source(capsys, tmp_path, model):
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["model.lzy"]
 
 
+@pytest.mark.slow
 def test_convert_max_shard_size(capsys, tmp_path, model, tensors):
     code, _, err = run(capsys, "convert", model, tmp_path / "o", "--max-shard-size", "50KB")
     assert code == 0

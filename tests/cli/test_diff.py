@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import pytest
 
 import lazystore as ls
 from lazystore.cli import diff
@@ -46,6 +47,7 @@ def test_diff_reports_every_kind_of_change(capsys, tmp_path, model, tensors):
                          "2 metadata differences")
 
 
+@pytest.mark.slow
 def test_diff_values_in_small_blocks(capsys, monkeypatch, tmp_path):
     rng = np.random.default_rng(1)
     a = {"x": rng.standard_normal((64, 3, 50)).astype(np.float32), "y": np.arange(1000, dtype=np.int16)}

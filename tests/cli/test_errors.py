@@ -42,6 +42,7 @@ def test_an_error_names_the_destination_not_the_temporary_file(capsys, tmp_path,
         assert ".partial" not in err and "spool" not in err
 
 
+@pytest.mark.slow
 def test_a_failing_save_names_the_destination_at_every_step(capsys, tmp_path, model):
     # The k-th write, fsync or rename of the conversion fails, for every k:
     # whichever it is, the line names DST, never the partial file behind it.

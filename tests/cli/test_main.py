@@ -22,6 +22,7 @@ def test_pyproject_declares_console_script():
     assert project["scripts"] == {"lazystore": "lazystore.cli:main"}
 
 
+@pytest.mark.slow
 def test_process_help_and_usage():
     r = run_process("--help")
     assert r.returncode == 0
@@ -33,6 +34,7 @@ def test_process_help_and_usage():
     assert r.returncode == 2 and "invalid choice" in r.stderr
 
 
+@pytest.mark.slow
 def test_process_verify_exit_codes(tmp_path, model):
     r = run_process("verify", model)
     assert (r.returncode, r.stderr) == (0, "")
@@ -47,6 +49,7 @@ def test_process_verify_exit_codes(tmp_path, model):
     assert_one_error_line(r.stderr)
 
 
+@pytest.mark.slow
 def test_process_diff_exit_codes_and_quiet_pipes(tmp_path, model, tensors):
     other = tmp_path / "other.lzy"
     r = run_process("convert", model, other, "--compression", "none")
@@ -58,6 +61,7 @@ def test_process_diff_exit_codes_and_quiet_pipes(tmp_path, model, tensors):
     assert r.returncode == 1 and "~ step  values:" in r.stdout
 
 
+@pytest.mark.slow
 def test_process_info_json_and_errors(tmp_path, model):
     r = run_process("info", "--json", model)
     assert r.returncode == 0 and json.loads(r.stdout)["tensors"] == 6
@@ -68,6 +72,7 @@ def test_process_info_json_and_errors(tmp_path, model):
         assert_one_error_line(r.stderr)
 
 
+@pytest.mark.slow
 def test_process_ls_into_a_closed_pipe(tmp_path):
     path = tmp_path / "many.lzy"
     ls.save({f"t{i:05d}": np.zeros(1, np.uint8) for i in range(5000)}, path)
@@ -84,6 +89,7 @@ def _many_tensors(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_process_broken_pipe_exits_141_quietly(tmp_path):
     # The reader takes one line and goes away, as `| head -1` does: the
     # command stops with 128 + SIGPIPE (what a shell reports for a process
@@ -98,6 +104,7 @@ def test_process_broken_pipe_exits_141_quietly(tmp_path):
     assert err == b""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["dash", "dev-stdin-pipe"])
 def test_process_refuses_a_checkpoint_on_a_pipe(tmp_path, model, how):
     data = model.read_bytes()
@@ -110,12 +117,14 @@ def test_process_refuses_a_checkpoint_on_a_pipe(tmp_path, model, how):
     assert err.startswith(f"lazystore: error: {path}: ") and "must be a file" in err
 
 
+@pytest.mark.slow
 def test_process_reads_dev_stdin_redirected_from_a_file(model):
     with open(model, "rb") as f:
         r = run_process("ls", "/dev/stdin", stdin=f)
     assert r.returncode == 0 and "embed.weight" in r.stdout
 
 
+@pytest.mark.slow
 def test_process_refuses_a_fifo_without_hanging(tmp_path):
     fifo = tmp_path / "fifo.lzy"
     try:
@@ -127,6 +136,7 @@ def test_process_refuses_a_fifo_without_hanging(tmp_path):
     assert_one_error_line(r.stderr)
 
 
+@pytest.mark.slow
 def test_process_huge_max_shard_size_is_a_usage_error(tmp_path, model):
     r = run_process("convert", model, tmp_path / "out", "--max-shard-size", "9" * 400)
     assert r.returncode == 2 and "Traceback" not in r.stderr
@@ -150,6 +160,7 @@ def hostile(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_every_output_escapes_control_characters(capsys, tmp_path, hostile):
     other = tmp_path / "other\x1b[0m.lzy"
     ls.save({n: np.full(3, 9, np.float32) for n in HOSTILE_NAMES[:3]}, other, metadata={"k\x1b": 1})

@@ -46,6 +46,7 @@ def _check_full(path) -> None:
         assert _same(got[k], want), k
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["raw", "zstd", "async", "torch"])
 def test_a_two_rank_checkpoint_becomes_the_full_tensors_bit_for_bit(saved, tmp_path, name):
     files = os.listdir(saved / name)
@@ -279,6 +280,7 @@ _RSS_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_peak_memory_is_bounded_by_the_window_not_the_model(tmp_path):
     if not os.path.exists("/proc/self/status"):
         pytest.skip("needs /proc/self/status (Linux)")

@@ -270,11 +270,13 @@ def test_protocol_surface():
         LazyStoreWriter("a", compression="lzma")
 
 
+@pytest.mark.slow
 def test_import_lazystore_does_not_import_torch():
     code = "import sys, lazystore; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.slow
 def test_save_without_collectives_writes_rank_metadata(tmp_path):
     sd = _small_state()
     with warnings.catch_warnings():
@@ -286,6 +288,7 @@ def test_save_without_collectives_writes_rank_metadata(tmp_path):
     assert torch.equal(out["w"], sd["w"]) and out["epoch"] == 3
 
 
+@pytest.mark.slow
 def test_a_save_with_fewer_ranks_removes_the_older_saves_rank_files(saved, tmp_path):
     folder = tmp_path / "ck"
     shutil.copytree(saved / "raw", folder)
@@ -300,6 +303,7 @@ def test_a_save_with_fewer_ranks_removes_the_older_saves_rank_files(saved, tmp_p
     assert sorted(os.listdir(folder)) == [METADATA_FILE, rank_file(0)]
 
 
+@pytest.mark.slow
 def test_a_url_checkpoint_without_fsspec_names_the_extra(tmp_path):
     code = (
         "import sys\n"

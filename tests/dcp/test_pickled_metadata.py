@@ -29,6 +29,7 @@ def test_a_real_two_rank_metadata(saved):
     assert files == {"__0_0.distcp", "__1_0.distcp"}
 
 
+@pytest.mark.slow
 def test_every_truncation_and_every_changed_byte_is_a_format_error(saved):
     data = (saved / "torch" / ".metadata").read_bytes()
     outcomes = set()

@@ -145,6 +145,7 @@ def test_loading_a_whole_checkpoint_without_a_state_dict_needs_the_opt_in(tmp_pa
     assert out["step"] == 5 and torch.equal(out["w"], torch.ones(3))
 
 
+@pytest.mark.slow
 def test_metadata_over_the_json_bounds_is_refused_on_save_and_on_load(tmp_path, monkeypatch):
     # The DCP document is metadata.lzy's metadata, bounded as every file's is
     # (docs/format.md §11.6; the bound shrunk here).

@@ -61,6 +61,7 @@ def hidden(model, ids) -> torch.Tensor:
         return model(input_ids=ids).last_hidden_state
 
 
+@pytest.mark.slow
 def test_accelerate_alone_cannot_load_a_lazystore_file(minilm_files):
     # The row: accelerate treats any file that is not .safetensors as torch.save's.
     config, _, files = minilm_files
@@ -68,6 +69,7 @@ def test_accelerate_alone_cannot_load_a_lazystore_file(minilm_files):
         accelerate.load_checkpoint_in_model(meta_bert(config), str(files[None]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_auto_map_over_budget_bit_identical_and_no_offload_folder(minilm_files, ids, in_memory, compression,
                                                                   tmp_path):
@@ -80,6 +82,7 @@ def test_auto_map_over_budget_bit_identical_and_no_offload_folder(minilm_files, 
     assert not offload.exists()  # passed, not needed, not created
 
 
+@pytest.mark.slow
 def test_dtype_casts_as_accelerate_casts(minilm_files, ids, tmp_path):
     config, _, files = minilm_files
     ours = load_checkpoint_and_dispatch(meta_bert(config), files["zstd"], dtype="bfloat16", **AUTO)
@@ -90,6 +93,7 @@ def test_dtype_casts_as_accelerate_casts(minilm_files, ids, tmp_path):
     assert out.dtype == torch.bfloat16 and torch.equal(out, hidden(theirs, ids))
 
 
+@pytest.mark.slow
 def test_without_a_device_map_everything_is_loaded_checked(minilm_files, tmp_path):
     config, state, files = minilm_files
     model = transformers.BertModel(config)
@@ -99,6 +103,7 @@ def test_without_a_device_map_everything_is_loaded_checked(minilm_files, tmp_pat
         load_checkpoint_in_model(meta_bert(config), files[None], strict=True)
 
 
+@pytest.mark.slow
 def test_folders_and_the_index_load_as_the_file(tmp_path):
     config = om.gpt2_config()
     source = om.gpt2(config)
@@ -114,6 +119,7 @@ def test_folders_and_the_index_load_as_the_file(tmp_path):
         assert torch.equal(om.logits(model, om.tokens()), reference)
 
 
+@pytest.mark.slow
 def test_other_checkpoints_go_to_accelerate(minilm_files, ids):
     config, state, files = minilm_files
     model = transformers.BertModel(config).eval()
@@ -121,6 +127,7 @@ def test_other_checkpoints_go_to_accelerate(minilm_files, ids):
     assert torch.equal(model.embeddings.word_embeddings.weight, state["embeddings.word_embeddings.weight"])
 
 
+@pytest.mark.slow
 def test_a_damaged_lazystore_checkpoint_gets_lazystores_error(minilm_files, tmp_path):
     config, _, files = minilm_files
     cut = tmp_path / "cut.lzy"
@@ -135,6 +142,7 @@ def test_a_damaged_lazystore_checkpoint_gets_lazystores_error(minilm_files, tmp_
         load_checkpoint_in_model(meta_bert(config), files[None], device_map={"": "disk"}, offload_8bit_bnb=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("offload_buffers", [False, True])
 def test_buffers_of_disk_modules_get_the_files_values(tmp_path, offload_buffers):
     # BatchNorm's running statistics are persistent buffers: a disk module's

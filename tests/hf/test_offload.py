@@ -35,6 +35,7 @@ def saved(tmp_path_factory):
     return config, om.logits(model, om.tokens()), files, model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_disk_modules_read_from_the_file_bit_identical_and_nothing_written(saved, compression):
     config, reference, files, _ = saved
@@ -46,6 +47,7 @@ def test_disk_modules_read_from_the_file_bit_identical_and_nothing_written(saved
     assert sorted(os.listdir(folder)) == before  # no offload folder, no .dat copies
 
 
+@pytest.mark.slow
 def test_an_empty_model_with_modules_in_memory_needs_nothing_else(saved):
     # Modules on "cpu" are read from the file once, at dispatch; the rest at each forward.
     config, reference, files, _ = saved
@@ -60,6 +62,7 @@ def test_an_empty_model_with_modules_in_memory_needs_nothing_else(saved):
     assert torch.equal(om.logits(model, om.tokens()), reference)
 
 
+@pytest.mark.slow
 def test_only_the_running_module_is_materialized_and_each_forward_reads_again(saved):
     config, reference, files, source = saved
     model = om.meta_gpt2(config)
@@ -88,6 +91,7 @@ def test_only_the_running_module_is_materialized_and_each_forward_reads_again(sa
     assert weights.reads == 2 * per_forward
 
 
+@pytest.mark.slow
 def test_nothing_read_outlives_the_forward_that_read_it(saved, monkeypatch):
     # What makes peak memory one module's weights: every tensor handed to a
     # hook is dropped once its module has run (a raw tensor's private map
@@ -111,6 +115,7 @@ def test_nothing_read_outlives_the_forward_that_read_it(saved, monkeypatch):
         handed.clear()
 
 
+@pytest.mark.slow
 def test_a_tie_the_file_stores_once_is_served_under_both_names(saved, tmp_path):
     config, reference, _, source = saved
     path = tmp_path / "untied-file.lzy"
@@ -121,6 +126,7 @@ def test_a_tie_the_file_stores_once_is_served_under_both_names(saved, tmp_path):
     assert torch.equal(om.logits(model, om.tokens()), reference)
 
 
+@pytest.mark.slow
 def test_names_map_model_names_to_the_files(saved, tmp_path):
     config, reference, _, source = saved
     path = tmp_path / "renamed.lzy"
@@ -131,6 +137,7 @@ def test_names_map_model_names_to_the_files(saved, tmp_path):
     assert torch.equal(om.logits(model, om.tokens()), reference)
 
 
+@pytest.mark.slow
 def test_a_damaged_tensor_fails_its_checksum_at_the_forward_that_reads_it(saved, tmp_path):
     config, _, files, _ = saved
     path = tmp_path / "damaged.lzy"
@@ -149,6 +156,7 @@ def test_a_damaged_tensor_fails_its_checksum_at_the_forward_that_reads_it(saved,
     om.logits(unchecked, om.tokens())  # verify=False reads what is there
 
 
+@pytest.mark.slow
 def test_bad_input_gets_lazystores_errors_naming_the_file(saved, tmp_path):
     config, _, files, source = saved
     weights = FileWeights(files[None])

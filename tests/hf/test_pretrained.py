@@ -23,6 +23,7 @@ from tests.hf.helpers import bit_identical, outputs, tiny_tied_llama
 from tests.paths import REPO
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_automodel_from_lazystore_weights_is_bit_identical(lazy_minilm, minilm_model, batch, compression):
     folder = lazy_minilm[compression]
@@ -35,6 +36,7 @@ def test_automodel_from_lazystore_weights_is_bit_identical(lazy_minilm, minilm_m
     assert model.config.dtype == torch.float32  # from the weights: the config names none
 
 
+@pytest.mark.slow
 def test_concrete_class_in_bfloat16_matches_transformers(lazy_minilm, minilm_dir, batch):
     want = transformers.BertModel.from_pretrained(minilm_dir, dtype=torch.bfloat16)
     got = lh.from_pretrained(transformers.BertModel, lazy_minilm["zstd"], dtype=torch.bfloat16)
@@ -42,6 +44,7 @@ def test_concrete_class_in_bfloat16_matches_transformers(lazy_minilm, minilm_dir
     assert bit_identical(outputs(got, batch), outputs(want, batch))
 
 
+@pytest.mark.slow
 def test_config_overrides_and_loading_info_as_transformers_gives_them(lazy_minilm, minilm_dir):
     want, want_info = transformers.AutoModel.from_pretrained(minilm_dir, output_attentions=True,
                                                              output_loading_info=True)
@@ -51,6 +54,7 @@ def test_config_overrides_and_loading_info_as_transformers_gives_them(lazy_minil
     assert got_info == want_info
 
 
+@pytest.mark.slow
 def test_a_config_object_and_model_init_arguments_pass_through(lazy_minilm, minilm_model, batch):
     config = transformers.BertConfig.from_pretrained(lazy_minilm[None])
     model = lh.from_pretrained(transformers.BertModel, lazy_minilm[None], config=config, add_pooling_layer=False)
@@ -61,6 +65,7 @@ def test_a_config_object_and_model_init_arguments_pass_through(lazy_minilm, mini
     assert torch.equal(got, want)
 
 
+@pytest.mark.slow
 def test_tied_weights_are_stored_once_and_tied_again(tmp_path):
     model = tiny_tied_llama()
     lh.save_pretrained(model, tmp_path / "lazy", compression="zstd")
@@ -79,6 +84,7 @@ def test_tied_weights_are_stored_once_and_tied_again(tmp_path):
     assert got.generation_config.to_dict() == want.generation_config.to_dict()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device_map", ["auto", {"": "cpu"}])
 def test_device_map_with_max_memory(lazy_minilm, minilm_model, batch, device_map):
     model = lh.from_pretrained(transformers.AutoModel, lazy_minilm["zstd"], device_map=device_map,
@@ -87,11 +93,13 @@ def test_device_map_with_max_memory(lazy_minilm, minilm_model, batch, device_map
     assert bit_identical(outputs(model, batch), outputs(minilm_model, batch))
 
 
+@pytest.mark.slow
 def test_a_safetensors_folder_is_transformers_own_load(minilm_dir, minilm_model, batch):
     model = lh.from_pretrained(transformers.AutoModel, minilm_dir)
     assert bit_identical(outputs(model, batch), outputs(minilm_model, batch))
 
 
+@pytest.mark.slow
 def test_a_damaged_tensor_raises_checksum_error_naming_the_file(lazy_minilm, tmp_path):
     folder = tmp_path / "damaged"
     shutil.copytree(lazy_minilm[None], folder)
@@ -123,6 +131,7 @@ def test_a_folder_without_weights_is_refused_naming_what_was_looked_for(minilm_d
         lh.from_pretrained(transformers.AutoModel, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_folder_with_both_kinds_of_weights_is_refused_unless_told_which(lazy_minilm, minilm_dir, tmp_path,
                                                                          batch, minilm_model):
     folder = tmp_path / "both"
@@ -147,6 +156,7 @@ def test_arguments_that_replace_the_folders_weights_are_refused(lazy_minilm, arg
         lh.from_pretrained(transformers.AutoModel, lazy_minilm[None], **{argument: {"x": torch.zeros(1)}})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_modules_on_disk_read_their_weights_from_the_file(lazy_minilm, minilm_model, batch, tmp_path, monkeypatch,
                                                           compression):
@@ -161,6 +171,7 @@ def test_modules_on_disk_read_their_weights_from_the_file(lazy_minilm, minilm_mo
     assert list(tmp_path.iterdir()) == []  # no offload folder: nothing copied
 
 
+@pytest.mark.slow
 def test_a_device_map_naming_disk(lazy_minilm, minilm_model, batch):
     device_map = {"embeddings": "disk", "encoder": "cpu", "pooler": "disk"}
     model = lh.from_pretrained(transformers.BertModel, lazy_minilm["zstd"], device_map=device_map)
@@ -169,6 +180,7 @@ def test_a_device_map_naming_disk(lazy_minilm, minilm_model, batch):
     assert bit_identical(outputs(model, batch), outputs(minilm_model, batch))
 
 
+@pytest.mark.slow
 def test_a_base_model_on_disk_from_a_checkpoint_with_a_head(tmp_path):
     # The file's names carry the base model's prefix ("bert.encoder..."); the model's do not.
     config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -217,6 +229,7 @@ ALL_ON_DISK = {"device_map": "auto", "max_memory": {"cpu": "30MB"}}
 PEAKS = [("zstd", {}, 1.9), (None, {}, 1.25), ("zstd", ALL_ON_DISK, 0.25), (None, ALL_ON_DISK, 0.25)]
 
 
+@pytest.mark.slow
 def test_peak_memory_is_about_the_weights_or_less_with_modules_on_disk(lazy_minilm):
     cases = [(str(lazy_minilm[c]), kwargs) for c, kwargs, _ in PEAKS]
     out = subprocess.run([sys.executable, "-c", PEAK, json.dumps(cases)], capture_output=True, text=True,

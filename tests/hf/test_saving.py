@@ -18,6 +18,7 @@ from lazystore.hf.saving import shard_size
 from tests.hf.helpers import bit_identical, outputs
 
 
+@pytest.mark.slow
 def test_the_folder_is_transformers_own_but_for_the_weights(minilm_model, tmp_path):
     lh.save_pretrained(minilm_model, tmp_path / "lazy")
     minilm_model.save_pretrained(tmp_path / "theirs")
@@ -31,6 +32,7 @@ def test_the_folder_is_transformers_own_but_for_the_weights(minilm_model, tmp_pa
         assert ours.metadata == {"format": "pt"}  # as transformers marks its weights
 
 
+@pytest.mark.slow
 def test_sharded_save_takes_transformers_size_strings(minilm_model, batch, tmp_path):
     lh.save_pretrained(minilm_model, tmp_path, compression="zstd", max_shard_size="30MB")
     names = sorted(os.listdir(tmp_path))
@@ -46,6 +48,7 @@ def test_sharded_save_takes_transformers_size_strings(minilm_model, batch, tmp_p
     assert sorted(os.listdir(tmp_path)) == ["config.json", "model.lzy"]
 
 
+@pytest.mark.slow
 def test_a_save_replaces_the_transformers_weights_in_the_folder(minilm_model, tmp_path):
     minilm_model.save_pretrained(tmp_path, max_shard_size="30MB")  # model-0000N-of-0000M.safetensors + index
     assert "model.safetensors.index.json" in os.listdir(tmp_path)

@@ -25,6 +25,7 @@ def reference(minilm_dir):
     return model, model.encode(SENTENCES, convert_to_tensor=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_embeddings_are_bit_identical(reference, tmp_path, compression):
     model, want = reference
@@ -36,6 +37,7 @@ def test_embeddings_are_bit_identical(reference, tmp_path, compression):
     assert torch.equal(loaded.encode(SENTENCES, convert_to_tensor=True), want)
 
 
+@pytest.mark.slow
 def test_saved_again_it_names_sentence_transformers_own_classes(reference, tmp_path):
     lh.save_pretrained(reference[0], tmp_path / "lazy")
     loaded = lh.sentence_transformer(tmp_path / "lazy", device="cpu")
@@ -47,6 +49,7 @@ def test_saved_again_it_names_sentence_transformers_own_classes(reference, tmp_p
     assert torch.equal(again.encode(SENTENCES, convert_to_tensor=True), reference[1])
 
 
+@pytest.mark.slow
 def test_a_folder_of_safetensors_loads_as_sentence_transformers_loads_it(reference, minilm_dir):
     loaded = lh.sentence_transformer(minilm_dir, device="cpu")
     assert torch.equal(loaded.encode(SENTENCES, convert_to_tensor=True), reference[1])

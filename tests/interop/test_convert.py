@@ -35,6 +35,7 @@ def test_torch_state_dict_converts_bit_exactly(tmp_path):
         assert back[k].dtype == t.dtype and torch.equal(back[k], t)
 
 
+@pytest.mark.slow
 def test_torch_training_state_keeps_its_structure(tmp_path):
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.Adam(model.parameters())
@@ -104,6 +105,7 @@ def run(capsys, *argv):
     return code, out, err
 
 
+@pytest.mark.slow
 def test_cli_converts_every_way(capsys, tmp_path):
     rng = np.random.default_rng(0)
     tensors = {"w": rng.standard_normal((64, 32)).astype(np.float32),
@@ -241,6 +243,7 @@ def test_cli_refuses_to_copy_a_damaged_file(tmp_path, monkeypatch, capsys, comma
     assert sorted(os.listdir(tmp_path)) == ["d.lzy"]
 
 
+@pytest.mark.slow
 def test_a_damaged_base_stops_the_conversion_of_its_delta_file(tmp_path):
     _delta_file(tmp_path)
     convert.to_lazystore(tmp_path / "base.lzy", tmp_path / "raw-base.lzy", compression="none")

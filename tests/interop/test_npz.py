@@ -56,6 +56,7 @@ def zeros_npz(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_converting_inflates_each_member_once_holding_a_block(tmp_path, zeros_npz, small_blocks,
                                                                 counted_inflations):
     peak = peak_numpy_bytes(lambda: convert.from_npz(zeros_npz, tmp_path / "z.lzy"))
@@ -66,6 +67,7 @@ def test_converting_inflates_each_member_once_holding_a_block(tmp_path, zeros_np
         assert np.array_equal(ck["small"], np.arange(5))
 
 
+@pytest.mark.slow
 def test_cli_convert_and_diff_inflate_each_member_once(capsys, monkeypatch, tmp_path, zeros_npz, small_blocks,
                                                         counted_inflations):
     monkeypatch.setattr(cli_diff, "DIFF_BLOCK_BYTES", 1 << 20)  # 64 blocks: diff's per-block work is slower

@@ -247,6 +247,7 @@ def test_written_file_loads_in_safetensors(tmp_path):
         ck["f32"]
 
 
+@pytest.mark.slow
 def test_nested_state_survives_a_safetensors_round_trip(tmp_path):
     state = {"model": {"w": np.ones((2, 3), np.float32)}, "opt": [np.arange(4)], "epoch": 3}
     ls.save(state, tmp_path / "s.lzy")
@@ -266,6 +267,7 @@ def test_writer_refuses_what_safetensors_cannot_hold(tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing left behind
 
 
+@pytest.mark.slow
 def test_minilm_both_ways_bit_exact(tmp_path, minilm):
     src = minilm
     ref = stnp.load_file(str(src))

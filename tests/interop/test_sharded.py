@@ -51,6 +51,7 @@ def test_save_and_open_a_sharded_folder(tmp_path):
     assert list(back) == ["layer1.w"]
 
 
+@pytest.mark.slow
 def test_verify_covers_every_shard(tmp_path):
     folder = tmp_path / "ckpt"
     ls.save(tensors(), folder, max_shard_size=40_000)

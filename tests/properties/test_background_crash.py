@@ -16,11 +16,14 @@ import random
 import textwrap
 
 import numpy as np
+import pytest
 
 import lazystore as ls
 from lazystore.training.saver_lock import LOCK_NAME
 from tests.properties.killing import one_version, run_and_kill
 from tests.properties.test_crash_safety import KILLS as SAVE_KILLS
+
+pytestmark = pytest.mark.slow  # (pyproject.toml: the quick tier leaves these out)
 
 SAVER = textwrap.dedent(
     """

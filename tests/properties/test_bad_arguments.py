@@ -117,6 +117,7 @@ def test_save_to_a_path_that_is_not_a_path(tmp_path, path):
     _raises_and_writes_nothing(tmp_path, lambda: ls.Writer(path))
 
 
+@pytest.mark.slow
 def test_good_levels_still_pass(tmp_path):
     for level in (1, 22, 0, -5, np.int64(3)):  # zstd's levels, its fast ones, a numpy int
         ls.save(ARRAYS, tmp_path / "a.lzy", compression="zstd", compression_level=level)

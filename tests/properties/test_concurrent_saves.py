@@ -13,8 +13,11 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 import lazystore as ls
+
+pytestmark = pytest.mark.slow  # (pyproject.toml: the quick tier leaves these out)
 
 SAVER = textwrap.dedent("""
     import sys, numpy as np, lazystore as ls

@@ -59,6 +59,7 @@ def _save_then_kill(kind: str, target, start: int, rng: random.Random) -> None:
     run_and_kill(SAVER, [kind, str(target), str(start)], rng, longest=0.6)
 
 
+@pytest.mark.slow
 def test_killed_ls_save_leaves_one_complete_version(tmp_path):
     rng = random.Random(1234)
     target = tmp_path / "ck.lzy"
@@ -85,6 +86,7 @@ def test_killed_ls_save_leaves_one_complete_version(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.lzy", "other.lzy"]
 
 
+@pytest.mark.slow
 def test_killed_manager_save_never_lists_a_broken_checkpoint(tmp_path):
     rng = random.Random(99)
     folder = tmp_path / "ckpts"
@@ -116,6 +118,7 @@ def test_killed_manager_save_never_lists_a_broken_checkpoint(tmp_path):
     assert sorted(p.name for p in folder.iterdir() if p.name != LOCK_NAME) == [mgr.path(s).name for s in mgr.steps()]
 
 
+@pytest.mark.slow
 def test_killed_sharded_save_leaves_one_complete_save(tmp_path):
     rng = random.Random(4321)
     folder = tmp_path / "ckpt"
@@ -143,6 +146,7 @@ def test_killed_sharded_save_leaves_one_complete_save(tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == sorted({"lazystore.index.json", *index["weight_map"].values()})
 
 
+@pytest.mark.slow
 def test_killed_manager_in_retention_keeps_a_restorable_step(tmp_path):
     rng = random.Random(7)
     folder = tmp_path / "ckpts"
@@ -168,6 +172,7 @@ def test_killed_manager_in_retention_keeps_a_restorable_step(tmp_path):
     assert last > KILLS, "the saver barely saved; kill later"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_a_reader_keeps_its_version_while_the_file_is_replaced(tmp_path, compression):
     target = tmp_path / "ck.lzy"

@@ -55,6 +55,7 @@ def _reads(top):
     return [(read, mmap) for read in (item, part, load) for mmap in (True, False)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damaged", [0, 1, 2], ids=["keyframe", "middle", "top"])
 def test_every_flipped_byte_of_the_chain_fails_every_read(chain, tmp_path, damaged):
     paths = [tmp_path / p.name for p in chain]

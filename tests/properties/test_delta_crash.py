@@ -23,6 +23,8 @@ from lazystore.training.saver_lock import LOCK_NAME
 from tests.properties.killing import run_and_kill
 from tests.properties.test_crash_safety import KILLS
 
+pytestmark = pytest.mark.slow  # (pyproject.toml: the quick tier leaves these out)
+
 SAVER = textwrap.dedent(
     """
     import sys, numpy as np, lazystore as ls

@@ -88,6 +88,7 @@ def published(faults: SyscallFaults) -> bool:
     return "replace" in faults.log[: faults.failed[0] - 1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", list(STATES))
 @pytest.mark.parametrize("errnum", ERRNOS, ids=errno.errorcode.get)
 @pytest.mark.parametrize("compression", [None, "zstd"])
@@ -103,6 +104,7 @@ def test_every_failing_call_of_a_save_keeps_the_previous_checkpoint(tmp_path, co
     assert check_one_of(path, new) is new
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("errnum", ERRNOS, ids=errno.errorcode.get)
 def test_every_failing_call_of_a_save_through_a_symlink_keeps_the_link_and_the_checkpoint(tmp_path, errnum):
     # The partial file is made beside the link's target, in another folder.
@@ -121,6 +123,7 @@ def test_every_failing_call_of_a_save_through_a_symlink_keeps_the_link_and_the_c
     assert check_one_of(path, new) is new and link.is_symlink()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("errnum", ERRNOS, ids=errno.errorcode.get)
 def test_every_failing_call_of_a_manager_save_keeps_every_listed_step(tmp_path, errnum):
     folder = tmp_path / "ckpts"
@@ -148,6 +151,7 @@ def test_every_failing_call_of_a_manager_save_keeps_every_listed_step(tmp_path, 
     assert sorted(os.listdir(folder)) == [checkpoint_name(2), checkpoint_name(3)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("errnum", ERRNOS, ids=errno.errorcode.get)
 def test_every_failing_call_of_a_safetensors_save_keeps_the_previous_file(tmp_path, errnum):
     src, path = tmp_path / "src.lzy", tmp_path / "out.safetensors"
@@ -167,6 +171,7 @@ def test_every_failing_call_of_a_safetensors_save_keeps_the_previous_file(tmp_pa
         assert same(ck, state(3))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", list(STATES))
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_short_writes_still_write_every_byte(tmp_path, compression, version):
@@ -205,6 +210,7 @@ def test_a_failing_background_flush_fails_the_save(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["ck.lzy"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("errnum", ERRNOS, ids=errno.errorcode.get)
 def test_every_failing_call_of_a_sharded_save_keeps_the_previous_folder(tmp_path, errnum):
     folder = tmp_path / "ckpt"

@@ -38,13 +38,11 @@ whose files are replayed by :func:`test_fuzz_regressions` on every run.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
 import random
 import shutil
-import tempfile
 import tracemalloc
 from pathlib import Path
 
@@ -59,9 +57,10 @@ import lazystore as ls
 from lazystore._native.layout import TRAILER
 from lazystore.interop import sharded
 from lazystore.views import tree
+from tests.hypothesis_profiles import examples
 from tests.paths import DATA
 
-EXAMPLES = int(os.environ.get("LAZYSTORE_FUZZ_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("LAZYSTORE_FUZZ_EXAMPLES") or examples(150))
 SEED = int(os.environ.get("LAZYSTORE_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
 CRASH_DIR = os.environ.get("LAZYSTORE_FUZZ_CRASH_DIR")
 PEAK_LIMIT = 64 << 20
@@ -255,11 +254,25 @@ def _state():
     }
 
 
-@functools.cache
+_SEEDS: dict = {}
+
+
 def _seeds() -> dict:
-    # Built once per session in a temporary folder (not a pytest fixture, so
-    # that hypothesis does not print every seed with each failing example).
-    d = Path(tempfile.mkdtemp(prefix="lazystore-fuzz-seeds-"))
+    # Tests call this rather than take a fixture, so that hypothesis does not
+    # print every seed with each failing example.
+    return _SEEDS
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _built_seeds(tmp_path_factory):
+    """The seeds, built once per module in pytest's temporary folder (which
+    pytest removes; the sharded folders must live while the module runs)."""
+    _SEEDS.update(_build_seeds(tmp_path_factory.mktemp("fuzz-seeds")))
+    yield
+    _SEEDS.clear()
+
+
+def _build_seeds(d: Path) -> dict:
     out = {}
     # A lazystore file: raw and zstd tensors (2 chunks for w), nested tree, user metadata.
     ls.save(_state(), d / "tree.lzy", metadata={"step": 1, "tags": ["a", "b"]}, chunk_bytes=64)
@@ -304,6 +317,7 @@ def convert_to_safetensors(state, path) -> None:
             w.add(key, tree.as_array(leaf))
 
 
+@pytest.mark.slow
 def test_seeds_are_valid(seeds, tmp_path):
     # The harness accepts every unmutated seed without any error at all.
     for reader in ("lazystore", "safetensors"):
@@ -320,6 +334,7 @@ def test_seeds_are_valid(seeds, tmp_path):
 # --- lazystore files --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @seed(SEED)
 @FUZZ
 @given(which=st.integers(0, 1), muts=mutations)
@@ -330,6 +345,7 @@ def test_fuzz_lazystore_bytes(tmp_path, which, muts):
     exercise(path, keep_as="lazystore")
 
 
+@pytest.mark.slow
 @seed(SEED)
 @FUZZ
 @given(which=st.integers(0, 1), muts=mutations)
@@ -345,6 +361,7 @@ def test_fuzz_lazystore_index_with_valid_checksum(tmp_path, which, muts):
     exercise(path, keep_as="lazystore")
 
 
+@pytest.mark.slow
 @seed(SEED)
 @FUZZ
 @given(which=st.integers(0, 1), muts=mutations)
@@ -457,6 +474,7 @@ def dumps_with_dups(value) -> str:
     return json.dumps(value)
 
 
+@pytest.mark.slow
 @seed(SEED)
 @FUZZ
 @given(which=st.integers(0, 1), edits=st.lists(json_edit, min_size=1, max_size=4))
@@ -482,6 +500,7 @@ def copy_folder(src: Path, dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow
 @seed(SEED)
 @FUZZ
 @given(which=st.sampled_from(["shards", "hf"]), shard=st.integers(0, 2), refix=st.booleans(), muts=mutations)
@@ -508,6 +527,7 @@ SHARD_NAME_EDITS = st.sampled_from([
 ])
 
 
+@pytest.mark.slow
 @seed(SEED)
 @FUZZ
 @given(which=st.sampled_from(["shards", "hf"]),
@@ -543,6 +563,7 @@ def tree_seed():
     return structure, {k: tree.as_array(v) for k, v in leaves.items()}
 
 
+@pytest.mark.slow
 @seed(SEED)
 @FUZZ
 @given(edits=st.lists(json_edit, min_size=1, max_size=4), drop=st.sets(st.integers(0, 8), max_size=2))

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 import lazystore as ls
 from lazystore._native.layout import CHUNK_DTYPE, ENTRY_DTYPE, INDEX_HEADER, MAGIC, TRAILER, WIDE_CHUNK_DTYPE
+from tests.hypothesis_profiles import examples
 from tests.paths import REPO
 
 ROOT = REPO
@@ -398,6 +399,7 @@ def chunk_counts_wrap_around(p: Parts):
     del p.data[64:]
 
 
+@pytest.mark.slow
 def test_chunk_counts_wrapping_around_2_64(parts, tmp_path):
     # Run in a child process: this file has crashed the interpreter
     # (a segfault inside numpy) instead of raising, which would take the
@@ -618,6 +620,7 @@ def open_peak(path) -> tuple[Exception | None, int]:
     return attempt(go)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("element", [b"[]", b"{}", b'{"a":0}', b"[[]]", b"0"])
 def test_metadata_with_more_values_than_the_bound_is_refused_before_it_is_parsed(parts, tmp_path, monkeypatch,
                                                                                   element):
@@ -1027,7 +1030,7 @@ def exercise(path) -> None:
             ck[name]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutations=st.lists(mutation, min_size=1, max_size=4))
 def test_fuzz_only_lazystore_errors_escape(fuzz_base, tmp_path, mutations):
     blob = apply_mutations(fuzz_base, mutations)
@@ -1040,7 +1043,8 @@ def test_fuzz_only_lazystore_errors_escape(fuzz_base, tmp_path, mutations):
         pass
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.slow
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzz_data_bytes_only(fuzz_base, tmp_path, data):
     # Mutations confined to the data region leave the index valid, so they
@@ -1268,6 +1272,7 @@ def test_hostile_sharded_index_text(shard_folder, name):
     expect_rejected_by_open_or_load(shard_folder)
 
 
+@pytest.mark.slow
 def test_sharded_index_of_absurd_size(shard_folder):
     # A sparse index file past the 1 GiB limit: refused from its size alone,
     # without reading (or allocating) it.
@@ -1279,6 +1284,7 @@ def test_sharded_index_of_absurd_size(shard_folder):
     expect_rejected_by_open_or_load(shard_folder)
 
 
+@pytest.mark.slow
 def test_hostile_shard_inside_a_folder(shard_folder):
     # One shard's index lies (valid checksum): the folder is refused as the file would be.
     shard = sorted(shard_folder.glob("model-*.lzy"))[1]

@@ -16,13 +16,15 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lazystore as ls
 from lazystore.testing.strategies import same_tree
+from tests.hypothesis_profiles import examples
 
-EXAMPLES = int(os.environ.get("LAZYSTORE_HOSTILE_EXAMPLES", "20"))
+EXAMPLES = int(os.environ.get("LAZYSTORE_HOSTILE_EXAMPLES") or examples(20))
 FROZEN = np.random.default_rng(0).standard_normal(512).astype(np.float32)
 MOVING = np.random.default_rng(1).standard_normal(512).astype(np.float32)
 
@@ -68,6 +70,7 @@ def _remove(path) -> None:
 KINDS = ["flip", "flip", "flip", "truncate", "empty", "folder", "dangling", "delete"]  # flips: most varied
 
 
+@pytest.mark.slow
 @settings(max_examples=EXAMPLES, deadline=None, database=None, print_blob=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(delta=st.booleans(), compression=st.sampled_from([None, "zstd"]),

@@ -94,6 +94,7 @@ def test_lazy_access_is_unchecked_unless_opened_with_verify(damaged):
         _raises_naming_w(lambda: ck.load(verify=False))  # the view's own verify=True still holds
 
 
+@pytest.mark.slow
 def test_many_small_tensors_each_damage_named(tmp_path):
     # The load checks small tensors many to a pool task and splits big ones
     # across tasks: a flip anywhere is still named, with its chunk.

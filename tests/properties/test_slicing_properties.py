@@ -12,6 +12,7 @@ import lazystore as ls
 from lazystore._native.locate import read_index
 from lazystore.sources import LocalFile
 from lazystore.testing.strategies import arrays, basic_indices, dtypes, random_array, shapes
+from tests.hypothesis_profiles import examples
 
 # Biased towards small chunks so that most tensors have many of them.
 CHUNK_BYTES = st.one_of(st.integers(16, 128), st.integers(16, 4096))
@@ -37,7 +38,8 @@ def assert_same_result(got, expected, what=""):
 # ---------------------------------------------------------------------------
 
 
-@settings(max_examples=200, **SETTINGS)
+@pytest.mark.slow
+@settings(max_examples=examples(200), **SETTINGS)
 @given(data=st.data())
 def test_strategies_produce_valid_values(data):
     dtype = data.draw(dtypes())
@@ -57,7 +59,8 @@ def test_strategies_produce_valid_values(data):
 # ---------------------------------------------------------------------------
 
 
-@settings(max_examples=300, **SETTINGS)
+@pytest.mark.slow
+@settings(max_examples=examples(300), **SETTINGS)
 @given(
     data=st.data(),
     arr=arrays(max_side=12, max_elements=3000),
@@ -106,7 +109,8 @@ def compressed_files(folder):
     return paths
 
 
-@settings(max_examples=300, **SETTINGS)
+@pytest.mark.slow
+@settings(max_examples=examples(300), **SETTINGS)
 @given(data=st.data(), name=st.sampled_from(sorted(COMPRESSED_CASES)))
 def test_get_slice_of_compressed_chunks_matches_numpy(compressed_files, data, name):
     arr = COMPRESSED_CASES[name][0]
@@ -115,7 +119,8 @@ def test_get_slice_of_compressed_chunks_matches_numpy(compressed_files, data, na
         assert_same_result(ck.get_slice(name)[idx], arr[idx], repr(idx))
 
 
-@settings(max_examples=150, **SETTINGS)
+@pytest.mark.slow
+@settings(max_examples=examples(150), **SETTINGS)
 @given(
     data=st.data(),
     arr=arrays(max_side=12, max_elements=3000),

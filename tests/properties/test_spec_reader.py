@@ -419,6 +419,7 @@ def test_empty_checkpoint_and_odd_keys(tmp_path):
     assert_same(spec_load(tmp_path / "k.lzy")[0], ls.load(tmp_path / "k.lzy"))
 
 
+@pytest.mark.slow
 def test_index_in_one_or_two_reads(tmp_path):
     ls.save({"a": np.zeros(10)}, tmp_path / "small.lzy")
     with SpecFile(tmp_path / "small.lzy") as f:

@@ -63,6 +63,7 @@ def patch_u16(data: bytes, offset: int, value: int) -> bytes:
 # --- truncation and extension -----------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_truncation_is_a_format_error(small_file, tmp_path):
     _, data, _ = small_file
     path = tmp_path / "truncated.lzy"
@@ -72,6 +73,7 @@ def test_every_truncation_is_a_format_error(small_file, tmp_path):
             ls.open(path).close()
 
 
+@pytest.mark.slow
 def test_every_truncation_of_a_larger_file_tail_is_a_format_error(tmp_path):
     # A file whose index holds many entries: cuts inside the index, the
     # trailer and the data of later tensors, with a longer file than above.
@@ -126,6 +128,7 @@ def detected(path) -> bool:
             return True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mask", [0xFF, 0x01, 0x80])
 def test_every_single_byte_flip_is_detected(small_file, tmp_path, mask):
     _, data, infos = small_file

@@ -43,6 +43,7 @@ def noisy(mib: float, seed: int = 0) -> np.ndarray:
     return rng.standard_normal(int(mib * (1 << 20)) // 4).astype(np.float32)
 
 
+@pytest.mark.slow
 def test_a_full_disk_fails_the_save_and_leaves_nothing_behind(tmp_path):
     with small_disk(tmp_path, 40) as disk:
         first = {"w": noisy(8)}
@@ -63,6 +64,7 @@ def test_a_full_disk_fails_the_save_and_leaves_nothing_behind(tmp_path):
         assert mgr.steps() == [1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_a_full_disk_never_leaves_a_partial_file(tmp_path, compression):
     with small_disk(tmp_path, 24) as disk:
@@ -93,6 +95,7 @@ def _file_writes(monkeypatch, folder) -> list[tuple[str, int, int]]:
     return log
 
 
+@pytest.mark.slow
 def test_writes_start_and_end_on_block_boundaries(tmp_path, monkeypatch):
     # The page cache is filled in folios sized and aligned by each write;
     # a mapped read then faults a folio at a time (see sinks/local.py).
@@ -115,6 +118,7 @@ def test_writes_start_and_end_on_block_boundaries(tmp_path, monkeypatch):
         assert all(np.array_equal(ck[k], v) for k, v in state.items())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_short_writev_calls_still_write_every_byte(tmp_path, compression):
     from lazystore.testing.faults import SyscallFaults

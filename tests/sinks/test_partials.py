@@ -92,6 +92,7 @@ def test_a_fifo_with_a_partial_files_name_is_never_opened(tmp_path):
 
 
 
+@pytest.mark.slow
 def test_a_save_stopped_by_sigterm_leaves_only_a_hidden_partial_until_the_next_clean_up(tmp_path):
     # SIGTERM's default action ends the process with no Python clean-up,
     # exactly like kill -9: what is left is one hidden, unlocked partial file.

@@ -105,6 +105,7 @@ def assert_range_refused(err, url) -> None:
     assert "docs/remote.md" in message and not re.search(r"\b_[A-Z]", message), message  # no private names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("read", ["open", "load"])
 def test_python_http_server_is_refused_at_its_first_answer(tmp_path, plain_server, big_checkpoint, read):
     data, arrays = big_checkpoint
@@ -168,6 +169,7 @@ def test_without_aiohttp_middlewares_the_whole_answer_is_still_refused_once(tmp_
     assert plain_server.settled()[0] == 1
 
 
+@pytest.mark.slow
 def test_the_users_own_aiohttp_middlewares_still_run(tmp_path, server):
     # Per-request middlewares replace the session's in aiohttp: lazystore's
     # check must come in addition to the user's (an auth middleware, say).
@@ -219,6 +221,7 @@ def served_folder(tmp_path):
             process.communicate()
 
 
+@pytest.mark.slow
 def test_the_one_line_server_serves_checkpoints_in_ranges(served_folder, tmp_path):
     url, folder = served_folder
     arrays = tensors(8)
@@ -234,6 +237,7 @@ def test_the_one_line_server_serves_checkpoints_in_ranges(served_folder, tmp_pat
         ls.open(url + "nothing.lzy")
 
 
+@pytest.mark.slow
 def test_the_one_line_server_serves_nothing_outside_its_folder(served_folder, tmp_path):
     url, folder = served_folder
     (folder / "ck.lzy").write_bytes(b"inside")

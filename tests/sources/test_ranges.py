@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from lazystore.sources import ByteSource
 from lazystore.sources.ranges import coalesce
+from tests.hypothesis_profiles import examples
 
 
 def groups(ranges, max_gap=0, max_size=1 << 30):
@@ -65,7 +66,8 @@ ranges = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(300), deadline=None)
 @given(ranges, st.integers(0, 100), st.integers(1, 800))
 def test_properties(rs, max_gap, max_size):
     out = coalesce(rs, max_gap=max_gap, max_size=max_size)

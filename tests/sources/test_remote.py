@@ -56,6 +56,7 @@ def within(server, start, stop) -> bool:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_opening_costs_at_most_two_small_requests(served):
     server, url, arrays = served
     with ls.open(url) as ck:
@@ -65,6 +66,7 @@ def test_opening_costs_at_most_two_small_requests(served):
         assert server.gets[0].status == 206 and server.gets[0].stop == len(server.files["ck.lzy"])
 
 
+@pytest.mark.slow
 def test_a_large_index_takes_one_more_range(tmp_path, server):
     server.files["many.lzy"] = file_bytes(tmp_path, {f"t{i:05d}": np.zeros(2, np.float32) for i in range(3000)})
     with ls.open(server.url("many.lzy")) as ck:
@@ -72,6 +74,7 @@ def test_a_large_index_takes_one_more_range(tmp_path, server):
         assert len(server.gets) == 2  # the tail, then the rest of the index (format §13.1)
 
 
+@pytest.mark.slow
 def test_a_tensor_fetches_exactly_its_stored_bytes(served):
     server, url, arrays = served
     with ls.open(url) as ck:
@@ -84,6 +87,7 @@ def test_a_tensor_fetches_exactly_its_stored_bytes(served):
         assert len(server.gets) == 1  # its chunks are neighbours: one request
 
 
+@pytest.mark.slow
 def test_a_compressed_slice_fetches_only_the_chunks_it_needs(tmp_path, server):
     arrays = tensors(2)
     server.files["ck.lzy"] = file_bytes(tmp_path, arrays, compression="zstd", chunk_bytes=8192)  # 16 rows a chunk
@@ -100,6 +104,7 @@ def test_a_compressed_slice_fetches_only_the_chunks_it_needs(tmp_path, server):
         assert len(server.gets) == 1
 
 
+@pytest.mark.slow
 def test_a_raw_slice_fetches_only_the_chunks_it_needs(tmp_path, server):
     arrays = tensors(2)
     server.files["ck.lzy"] = file_bytes(tmp_path, arrays, chunk_bytes=8192)
@@ -109,6 +114,7 @@ def test_a_raw_slice_fetches_only_the_chunks_it_needs(tmp_path, server):
         assert server.bytes_served == 8192  # one chunk of 16 rows
 
 
+@pytest.mark.slow
 def test_a_big_tensor_is_fetched_in_concurrent_requests(tmp_path, server):
     big = np.arange(5 << 20, dtype=np.float32)  # 20 MiB
     server.files["big.lzy"] = file_bytes(tmp_path, {"big": big})
@@ -123,6 +129,7 @@ def test_a_big_tensor_is_fetched_in_concurrent_requests(tmp_path, server):
     assert server.max_in_flight == 3
 
 
+@pytest.mark.slow
 def test_load_merges_neighbouring_tensors_into_one_request(served):
     server, url, arrays = served
     keys = [f"layer.{i}.weight" for i in (4, 5, 6, 7)]
@@ -135,6 +142,7 @@ def test_load_merges_neighbouring_tensors_into_one_request(served):
     assert len(gets) == 1 and (gets[0].start, gets[0].stop) == (start, stop)  # padding in between, no more
 
 
+@pytest.mark.slow
 def test_load_fetches_separate_ranges_concurrently_and_nothing_between(served):
     server, url, arrays = served
     keys = ["layer.1.weight", "layer.6.weight", "layer.12.weight"]
@@ -149,6 +157,7 @@ def test_load_fetches_separate_ranges_concurrently_and_nothing_between(served):
     assert server.max_in_flight == 3  # in flight together, not one after another
 
 
+@pytest.mark.slow
 def test_verify_reads_the_file_in_few_requests(served):
     server, url, _ = served
     with ls.open(url) as ck:
@@ -165,6 +174,7 @@ def test_verify_reads_the_file_in_few_requests(served):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_a_corrupt_byte_is_caught_on_every_path(tmp_path, server, compression):
     arrays = tensors(4)
@@ -205,6 +215,7 @@ def test_a_corrupt_index_is_refused(tmp_path, server):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["cut", "short", "error"])  # "whole": test_range_ignored.py
 def test_one_bad_answer_is_retried(served, fault):
     server, url, arrays = served
@@ -216,6 +227,7 @@ def test_one_bad_answer_is_retried(served, fault):
     assert [(r.start, r.stop, r.fault) for r in server.gets] == [(start, stop, fault), (start, stop, None)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["cut", "short"])
 def test_bad_answers_every_time_are_a_clear_error_never_data(served, fault):
     server, url, _ = served
@@ -227,6 +239,7 @@ def test_bad_answers_every_time_are_a_clear_error_never_data(served, fault):
     assert isinstance(err.value, OSError) and url in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_failure_while_opening_is_retried_then_reported(served):
     server, url, arrays = served
     server.faults = ["cut"]
@@ -237,6 +250,7 @@ def test_a_failure_while_opening_is_retried_then_reported(served):
         ls.open(url)
 
 
+@pytest.mark.slow
 def test_a_failure_among_concurrent_requests_is_retried_alone(served):
     server, url, arrays = served
     keys = ["layer.1.weight", "layer.6.weight", "layer.12.weight"]
@@ -248,6 +262,7 @@ def test_a_failure_among_concurrent_requests_is_retried_alone(served):
     assert len(server.gets) == 4  # three ranges, one of them twice
 
 
+@pytest.mark.slow
 def test_a_stalled_server_times_out_is_retried_then_reported(served):
     server, url, _ = served
     options = {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_read=0.3)}}
@@ -265,6 +280,7 @@ def test_a_missing_object_is_file_not_found(server):
         ls.open(server.url("nothing-here.lzy"))
 
 
+@pytest.mark.slow
 def test_no_server_is_a_remote_error_not_a_missing_file():
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
@@ -343,6 +359,7 @@ class Boom(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_memory_save_open_and_atomic_failure(memory_url):
     arrays = tensors(4)
     ls.save(arrays, memory_url, compression="zstd", metadata={"v": 1})
@@ -382,6 +399,7 @@ def test_nested_state_through_a_url(memory_url):
 # s3_options and bucket: see conftest.py
 
 
+@pytest.mark.slow
 def test_s3_save_open_read_verify(s3_options, bucket):
     arrays = tensors(8)
     url = f"s3://{bucket}/ck.lzy"
@@ -396,6 +414,7 @@ def test_s3_save_open_read_verify(s3_options, bucket):
     assert np.array_equal(loaded["layer.2.weight"], arrays["layer.2.weight"])
 
 
+@pytest.mark.slow
 def test_s3_a_multipart_save_that_fails_leaves_no_object_and_no_upload(s3_options, bucket):
     url = f"s3://{bucket}/ck.lzy"
     fs = fsspec.filesystem("s3", **s3_options)
@@ -425,6 +444,7 @@ def test_s3_a_multipart_save_that_fails_leaves_no_object_and_no_upload(s3_option
     assert not fs.call_s3("list_multipart_uploads", Bucket=bucket).get("Uploads")
 
 
+@pytest.mark.slow
 def test_s3_a_multipart_save_appears_whole(s3_options, bucket):
     url = f"s3://{bucket}/big.lzy"
     small_parts = {**s3_options, "default_block_size": 5 << 20}
@@ -435,6 +455,7 @@ def test_s3_a_multipart_save_appears_whole(s3_options, bucket):
     assert all(np.array_equal(loaded[k], v) for k, v in arrays.items())
 
 
+@pytest.mark.slow
 def test_s3_nested_state_and_missing_objects(s3_options, bucket):
     state = {"params": {"w": np.arange(12.0).reshape(3, 4)}, "step": 10, "names": ("a", "b")}
     url = f"s3://{bucket}/state.lzy"

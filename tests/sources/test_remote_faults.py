@@ -39,6 +39,8 @@ from lazystore.testing.rangeserver import (
 )
 from tests.sources.checkpoints import SHAPE, file_bytes, tensors
 
+pytestmark = pytest.mark.slow  # (pyproject.toml: the quick tier leaves these out)
+
 NAMES = [f"layer.{i}.weight" for i in range(8)]
 APART = ["layer.0.weight", "layer.3.weight", "layer.6.weight"]  # never merged, even compressed: three ranges
 

@@ -171,6 +171,7 @@ def test_reads_sharded_folders(tmp_path):
     assert same(got["layer5"], ref["layer5"]) and same(got["layer0"], ref["layer0"])
 
 
+@pytest.mark.slow
 def test_real_weights_bit_exact_through_raw_and_compressed_files(tmp_path, minilm):
     # all-MiniLM-L6-v2's trained weights: what safetensors.torch loads, lazystore.torch loads.
     ref = st.load_file(minilm)

@@ -137,6 +137,7 @@ def test_meta_model_gets_the_file_mapped_weights_and_its_ties(tmp_path):
     assert torch.equal(empty(ids), model(ids))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
 def test_meta_model_memory_is_only_the_mapped_weights(tmp_path):
     # 64 MiB of weights into a meta model: nothing is allocated or copied;

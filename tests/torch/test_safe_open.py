@@ -150,6 +150,7 @@ def test_bad_use(tmp_path):
             call()
 
 
+@pytest.mark.slow
 def test_numpy_framework_needs_no_torch(tmp_path):
     import subprocess
     import sys

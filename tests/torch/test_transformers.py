@@ -55,6 +55,7 @@ def bit_identical(got, want) -> bool:
     return all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_bert_from_a_converted_file_is_bit_identical(tmp_path, bert, minilm, batch, reference, compression):
     path = tmp_path / "minilm.lzy"
@@ -65,6 +66,7 @@ def test_bert_from_a_converted_file_is_bit_identical(tmp_path, bert, minilm, bat
     assert bit_identical(outputs(model, batch), reference)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_bert_saved_with_save_model_round_trips_strictly(tmp_path, bert, minilm, batch, reference, compression):
     source = bert()
@@ -76,6 +78,7 @@ def test_bert_saved_with_save_model_round_trips_strictly(tmp_path, bert, minilm,
     assert bit_identical(outputs(model, batch), reference)
 
 
+@pytest.mark.slow
 def test_bert_built_on_the_meta_device_holds_only_its_weights(tmp_path, bert, minilm, batch, reference):
     path = tmp_path / "minilm.lzy"
     from_safetensors(minilm, path)
@@ -92,6 +95,7 @@ def test_bert_built_on_the_meta_device_holds_only_its_weights(tmp_path, bert, mi
     assert bit_identical(outputs(model, batch), reference)
 
 
+@pytest.mark.slow
 def test_from_pretrained_reads_a_safetensors_file_lazystore_wrote(tmp_path, minilm, batch, reference):
     # issue #25: save_file to a .safetensors name writes a genuine safetensors
     # file (format "pt" in its metadata, as transformers requires)

@@ -195,6 +195,7 @@ def test_a_snapshot_that_fails_leaves_nothing_behind(tmp_path, monkeypatch):
 # -- one save in flight, in order -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_second_save_waits_for_the_one_in_flight(tmp_path, gate):
     g = gate("before")
     mgr = ls.CheckpointManager(tmp_path)

@@ -21,6 +21,7 @@ def save_series(tmp_path, steps, state=state, **kwargs):
     return mgr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bound", [2, 3])
 def test_every_depth_restores_bit_identical_and_opens_alone(tmp_path, bound):
     mgr = save_series(tmp_path, range(1, 11), moving, keyframe_every=100, delta_depth=bound)
@@ -35,6 +36,7 @@ def test_every_depth_restores_bit_identical_and_opens_alone(tmp_path, bound):
             np.testing.assert_array_equal(ck["model/w"][3:5], moving(step)["model"]["w"][3:5])
 
 
+@pytest.mark.slow
 def test_keep_last_8_keeps_the_oldest_at_most_delta_depth_deep_and_the_latest_whole(tmp_path):
     mgr = save_series(tmp_path, range(1, 20), moving, keep_last=8)
     assert len(mgr.steps()) == 8
@@ -45,6 +47,7 @@ def test_keep_last_8_keeps_the_oldest_at_most_delta_depth_deep_and_the_latest_wh
     check_folder(mgr, moving)
 
 
+@pytest.mark.slow
 def test_verify_and_restore_check_the_whole_chain(tmp_path):
     mgr = save_series(tmp_path, range(1, 6), keyframe_every=100, delta_depth=3)
     deepest = max(mgr.steps(), key=lambda s: depth(mgr, s))
@@ -77,6 +80,7 @@ def test_verify_and_restore_check_the_whole_chain(tmp_path):
         assert "model/w" in ck.verify()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bound", [1, 2, 3])
 @pytest.mark.parametrize("seed", range(4))
 def test_retention_keeps_exactly_the_kept_and_each_restorable(tmp_path, bound, seed):

@@ -70,6 +70,7 @@ PLUGINS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(PLUGINS))
 def test_fit_checkpoint_every_epoch_and_resume_bit_identical(tmp_path, kind):
     straight, _ = fit(tmp_path / "a", PLUGINS[kind]())
@@ -89,6 +90,7 @@ def test_fit_checkpoint_every_epoch_and_resume_bit_identical(tmp_path, kind):
     assert isinstance(ckpt["optimizer_states"][0]["state"][0]["momentum_buffer"], torch.Tensor)
 
 
+@pytest.mark.slow
 def test_top_k_removes_older_checkpoints_in_the_background(tmp_path):
     _, callback = fit(tmp_path, LazyStoreCheckpointIO(blocking=False), save_top_k=1, monitor="train_loss")
     # Only the best is left: every other one was removed, none brought back by a save in flight.

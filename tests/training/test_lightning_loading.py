@@ -35,6 +35,7 @@ def saved(tmp_path_factory):
     return root, model
 
 
+@pytest.mark.slow
 def test_lightnings_own_load_from_checkpoint_cannot_read_the_plugins_file(saved):
     # The row of issue 26 this module answers: torch.load meets a lazystore file.
     root, _ = saved
@@ -58,6 +59,7 @@ def test_load_from_checkpoint_restores_weights_and_hyper_parameters(saved):
     assert not any(k.startswith("__lazystore") for k in model.loaded_checkpoint_keys)
 
 
+@pytest.mark.slow
 def test_it_matches_lightnings_load_of_the_same_state_saved_by_torch(saved):
     # Lightning's own function on its own torch file (trusted: it is ours) is
     # the reference; lazystore's on the plugin's file must agree with it.
@@ -120,6 +122,7 @@ def test_map_location(saved, map_location):
     assert model.net.weight.device == torch.device("cpu")
 
 
+@pytest.mark.slow
 def test_a_datamodule_loads_its_hyper_parameters_and_state(saved):
     data = quietly(load_from_checkpoint, TinyData, saved[0] / "lazy.ckpt")
     assert type(data) is TinyData and data.hparams.batch_size == 4 and data.hparams.root == Path("data")
@@ -133,6 +136,7 @@ def test_not_a_lightning_class_is_refused_before_reading(tmp_path):
         load_from_checkpoint(torch.nn.Linear, tmp_path / "missing.ckpt")
 
 
+@pytest.mark.slow
 def test_validate_and_test_with_ckpt_path_read_the_plugins_file(saved, tmp_path):
     root, trained = saved
     io = LazyStoreCheckpointIO()

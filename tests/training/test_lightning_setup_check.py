@@ -78,6 +78,7 @@ def test_a_datamodules_hyper_parameters_are_checked_too(tmp_path, registered):
     assert model.steps_run == 0
 
 
+@pytest.mark.slow
 def test_saveable_ones_pass_and_other_plugins_are_left_alone(tmp_path, registered):
     model = Tiny(cfg=namespace())  # paths and namespaces: saved since issue 26
     quietly(trainer(tmp_path / "a", [LazyStoreCheckpointIO()], max_steps=1).fit, model, datamodule=TinyData())

@@ -33,6 +33,7 @@ def fit(root, plugins=(), ckpt_path=None):
     return model, data, t
 
 
+@pytest.mark.slow
 def test_switching_to_the_plugin_mid_run_resumes_from_torch_checkpoints(tmp_path):
     straight, _, _ = fit(tmp_path / "torch")  # Lightning's own torch.save checkpoints
     middle = tmp_path / "torch" / "epoch=0.ckpt"

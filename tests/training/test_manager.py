@@ -248,6 +248,7 @@ def test_bad_state_is_refused_before_anything_is_written(tmp_path):
     assert files(tmp_path) == [checkpoint_name(1)]
 
 
+@pytest.mark.slow
 def test_a_crash_mid_save_is_never_listed_and_is_cleaned_up(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, keep_last=2)
     mgr.save(1, state(1))

@@ -39,6 +39,7 @@ def run_child(code: str, *args, **kwargs) -> subprocess.Popen:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_blocking_saves_from_two_threads_leave_every_step_restorable(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keep_last=4, keyframe_every=3)
     errors = []
@@ -109,6 +110,7 @@ RACER = """
 """
 
 
+@pytest.mark.slow
 def test_two_processes_racing_for_one_folder_never_save_at_once(tmp_path):
     rounds = 40
     procs = [run_child(RACER, tmp_path, me, rounds) for me in (1, 2)]
@@ -185,6 +187,7 @@ SIGTERMED = """
 """
 
 
+@pytest.mark.slow
 def test_sigterm_mid_background_save_finishes_it_with_close(tmp_path):
     child = run_child(SIGTERMED, tmp_path)
     assert child.stdout.readline().strip() == "in flight", child.stderr.read()
@@ -215,6 +218,7 @@ AT_EXIT = """
 """
 
 
+@pytest.mark.slow
 def test_a_background_save_at_exit_says_what_to_do(tmp_path):
     child = run_child(AT_EXIT, tmp_path)
     out, err = child.communicate(timeout=120)

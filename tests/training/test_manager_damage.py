@@ -74,6 +74,7 @@ def restorable(mgr, step) -> bool:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", DAMAGES, ids=lambda f: f.__name__)
 @pytest.mark.parametrize("delta", [False, True], ids=["keyframes", "delta"])
 def test_saves_and_retention_go_on_around_a_damaged_step(tmp_path, caplog, damage, delta):

@@ -70,6 +70,7 @@ def check_folder(mgr, state=state) -> None:
     assert sorted(set(os.listdir(mgr.directory)) - {LOCK_NAME}) == sorted(mgr.path(s).name for s in mgr.steps())
 
 
+@pytest.mark.slow
 def test_the_newest_is_whole_and_older_ones_deltas_against_newer_ones(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=3, delta_depth=1)
     for step in range(1, 8):
@@ -87,6 +88,7 @@ def test_the_newest_is_whole_and_older_ones_deltas_against_newer_ones(tmp_path):
         same_tree(state(step), ls.load(mgr.path(step)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bound", [1, 2, 3])
 def test_when_every_weight_changes_a_restore_reads_at_most_delta_depth_deltas(tmp_path, bound):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keep_last=8, delta_depth=bound)
@@ -105,6 +107,7 @@ def test_delta_false_writes_keyframes_only(tmp_path):
     assert set(base_names(mgr).values()) == {None}
 
 
+@pytest.mark.slow
 def test_keep_last_rebases_the_kept_deltas_before_their_keyframe_goes(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keep_last=2, keyframe_every=4)
     for step in range(1, 10):
@@ -116,6 +119,7 @@ def test_keep_last_rebases_the_kept_deltas_before_their_keyframe_goes(tmp_path):
         assert len(kept_keyframes) == 1, base_names(mgr)
 
 
+@pytest.mark.slow
 def test_keep_best_keeps_the_best_restorable_when_its_keyframe_goes(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keep_last=1, keep_best=1, metric="loss",
                                keyframe_every=3)
@@ -127,6 +131,7 @@ def test_keep_best_keeps_the_best_restorable_when_its_keyframe_goes(tmp_path):
     assert mgr.metrics(2) == {"loss": 1.0}  # metrics survive rewriting
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("again", [1, 2, 3])
 def test_saving_a_step_again_rewrites_what_depends_on_it(tmp_path, again):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=10)
@@ -138,6 +143,7 @@ def test_saving_a_step_again_rewrites_what_depends_on_it(tmp_path, again):
     assert mgr.steps() == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_a_new_manager_continues_the_series(tmp_path):
     for step in range(1, 6):
         mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=3, keep_last=3)
@@ -146,6 +152,7 @@ def test_a_new_manager_continues_the_series(tmp_path):
     assert list(base_names(mgr).values()).count(None) == 1
 
 
+@pytest.mark.slow
 def test_a_manager_without_delta_still_keeps_the_bases_its_checkpoints_need(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=5)
     for step in range(1, 4):
@@ -157,6 +164,7 @@ def test_a_manager_without_delta_still_keeps_the_bases_its_checkpoints_need(tmp_
     check_folder(plain)
 
 
+@pytest.mark.slow
 def test_background_saves_with_delta(tmp_path):
     with ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=3, keep_last=3) as mgr:
         futures = [mgr.save(step, state(step), blocking=False) for step in range(1, 8)]
@@ -166,6 +174,7 @@ def test_background_saves_with_delta(tmp_path):
     assert mgr.steps() == [5, 6, 7] and mgr.files.base_name(6) is not None
 
 
+@pytest.mark.slow
 def test_a_frozen_base_with_changing_adapters_costs_about_one_checkpoint(tmp_path):
     rng = np.random.default_rng(0)
     base = {f"layer{i}": rng.standard_normal((256, 1024)).astype(np.float32) for i in range(4)}  # 4 MiB

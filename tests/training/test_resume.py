@@ -13,6 +13,8 @@ import torch
 import lazystore as ls
 from lazystore.testing.strategies import same_tree
 
+pytestmark = pytest.mark.slow  # (pyproject.toml: the quick tier leaves these out)
+
 SCRIPT = Path(__file__).with_name("resume_train.py")
 N = 7  # odd: the checkpoint falls mid-epoch and mid-way through a StepLR period
 

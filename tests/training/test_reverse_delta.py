@@ -22,6 +22,7 @@ from lazystore.writing import writer as writer_module
 from tests.training.test_manager_delta import base_names, check_folder, moving, state
 
 
+@pytest.mark.slow
 def test_each_delta_file_opens_alone_with_load_open_and_the_cli(tmp_path, capsys):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd")
     for step in range(1, 4):
@@ -36,6 +37,7 @@ def test_each_delta_file_opens_alone_with_load_open_and_the_cli(tmp_path, capsys
     capsys.readouterr()
 
 
+@pytest.mark.slow
 def test_background_saves_code_the_previous_checkpoint_on_the_worker(tmp_path, monkeypatch):
     threads = []
     real = reverse.after_save
@@ -60,6 +62,7 @@ class _DiskFull(writer_module.Writer):
         raise OSError(errno.ENOSPC, "No space left on device (injected)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("blocking", [True, False])
 def test_a_failed_rewrite_leaves_the_previous_checkpoint_whole_and_the_save_succeeds(
         tmp_path, monkeypatch, caplog, blocking):
@@ -81,6 +84,7 @@ def test_a_failed_rewrite_leaves_the_previous_checkpoint_whole_and_the_save_succ
     mgr.close()
 
 
+@pytest.mark.slow
 def test_two_whole_files_left_by_a_crash_before_the_rewrite_are_a_valid_series(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd")
     mgr.save(1, state(1))
@@ -111,6 +115,7 @@ def legacy_writer(monkeypatch):
     return monkeypatch
 
 
+@pytest.mark.slow
 def test_a_folder_of_format_1_2_deltas_is_migrated_on_the_next_save(tmp_path, legacy_writer):
     path = ls.CheckpointManager(tmp_path).path
     # A forward chain 3 -> 2 -> 1, and 4 coded against 5 (the newest, whole): all format 1.2.
@@ -130,6 +135,7 @@ def test_a_folder_of_format_1_2_deltas_is_migrated_on_the_next_save(tmp_path, le
     check_folder(mgr)
 
 
+@pytest.mark.slow
 def test_a_reader_holding_the_previous_checkpoint_open_reads_it_through_its_rewrite(tmp_path):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd")
     mgr.save(1, state(1))

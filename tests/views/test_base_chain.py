@@ -117,6 +117,7 @@ def _at_depth(frames: int, fn):
     return _at_depth(frames, fn)
 
 
+@pytest.mark.slow
 def test_the_longest_chain_reads_back_even_from_a_deep_call_stack(longest):
     top = longest[-1]
     want = _step(MAX_CHAIN)
@@ -197,6 +198,7 @@ def test_a_link_to_a_file_in_the_same_folder_is_followed(tmp_path):
     assert ls.load(top)["w"].tobytes() == _step(1)["w"].tobytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["%2E%2E", "..#x", "..?q=", "%2e%2E", "a%2Fb"])
 def test_a_remote_base_name_never_asks_for_another_url(tmp_path, name):
     from lazystore.testing.rangeserver import RangeServer
@@ -214,6 +216,7 @@ def test_a_remote_base_name_never_asks_for_another_url(tmp_path, name):
         assert {r.path for r in server.requests} == {"/d/c.lzy"}
 
 
+@pytest.mark.slow
 def test_a_remote_chain_is_read_and_checked(tmp_path):
     from lazystore.testing.rangeserver import RangeServer
 

@@ -260,6 +260,7 @@ def test_verify_names_the_corrupt_tensor(path):
         assert ck.verify(["compressed"]) == []
 
 
+@pytest.mark.slow
 def test_verify_of_many_small_tensors_names_each_corrupt_one(tmp_path):
     # verify() checks small tensors in batches (one pool task each): a
     # damaged tensor or padding anywhere in a batch is still named alone.
@@ -284,6 +285,7 @@ def test_verify_of_many_small_tensors_names_each_corrupt_one(tmp_path):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_context_manager_closes_but_arrays_stay_valid(path, tensors):
     with ls.open(path) as ck:
         raw = ck["layer.1.weight"]
@@ -469,6 +471,7 @@ def test_get_slice_rejects_advanced_indexing(path, name, index):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_concurrent_reads_from_8_threads(tmp_path):
     rng = np.random.default_rng(11)
     tensors = {
@@ -535,6 +538,7 @@ def _thread_tensors():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verify", [False, True], ids=["plain", "verify-on-access"])
 @pytest.mark.parametrize("kind", ["lazystore", "sharded", "safetensors-lazystore", "safetensors-plain"])
 def test_concurrent_mixed_reads_on_every_kind_of_view(tmp_path, kind, verify):

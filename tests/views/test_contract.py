@@ -224,7 +224,8 @@ class Case:
             v.close()
 
 
-@pytest.fixture(params=[(k, sel) for k in KINDS for sel in (False, True)],
+@pytest.fixture(params=[pytest.param((k, sel), marks=[pytest.mark.slow] if k.remote else [])  # a server each
+                        for k in KINDS for sel in (False, True)],
                 ids=[f"{k.id}{'-select' if sel else ''}" for k in KINDS for sel in (False, True)])
 def case(request, tmp_path, server):
     kind, selected = request.param
@@ -285,6 +286,7 @@ def test_is_a_view(case):
     assert not v.closed
 
 
+@pytest.mark.slow
 def test_names_in_order(case):
     v = case.view
     assert list(v) == case.names
@@ -300,6 +302,7 @@ def test_names_in_order(case):
     assert (LEFT_OUT in v) is (not case.selected)
 
 
+@pytest.mark.slow
 def test_values_are_bit_exact(case):
     v = case.view
     for n in case.names:
@@ -364,6 +367,7 @@ def test_get_slice_handle(case):
                 len(sl)
 
 
+@pytest.mark.slow
 def test_get_slice_values(case):
     v = case.view
     checked = 0
@@ -500,6 +504,7 @@ def test_verify(case):
                 call()
 
 
+@pytest.mark.slow
 def test_verify_names_the_damaged_tensors(case):
     if not case.kind.checksums:
         pytest.skip("nothing records what the bytes should be")
@@ -524,6 +529,7 @@ def test_metadata(case):
     assert v.select([NAME]).metadata == case.kind.metadata
 
 
+@pytest.mark.slow
 def test_after_close_every_method_raises_closed_error(case):
     v = case.view
     kept = {n: v[n] for n in case.names}

@@ -23,6 +23,7 @@ import lazystore as ls
 from lazystore._core.distribution import DISTRIBUTION
 from lazystore.testing.strategies import DTYPE_LIST, random_array, reaches_mmap, same_bits, same_tree
 from lazystore.views import tree
+from tests.hypothesis_profiles import examples
 from tests.paths import FORMAT_SPEC
 
 
@@ -301,7 +302,8 @@ def _states(draw):
         max_leaves=12))
 
 
-@settings(max_examples=150, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(150), deadline=None)
 @given(obj=_states())
 def test_random_nested_states_roundtrip(tmp_path_factory, obj):
     path = tmp_path_factory.mktemp("h") / "s.lzy"
@@ -337,6 +339,7 @@ def test_torch_leaves_every_dtype(tmp_path, dtype):
         assert ck["t"].dtype == np.dtype(NUMPY_OF.get(dtype) or obj["t"].numpy().dtype)
 
 
+@pytest.mark.slow
 def test_bfloat16_bits_survive(tmp_path):
     bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)  # every bf16 pattern, NaNs too
     t = bits.view(torch.bfloat16)
@@ -644,6 +647,7 @@ def _run(code: str, cwd) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_numpy_only_use_never_imports_torch(tmp_path):
     proc = _run("""
         import sys, math, numpy as np, lazystore as ls
@@ -662,6 +666,7 @@ def test_numpy_only_use_never_imports_torch(tmp_path):
     assert proc.stdout.strip() == "ok"
 
 
+@pytest.mark.slow
 def test_without_torch_installed(tmp_path):
     ls.save({"model": {"w": torch.ones(2, dtype=torch.bfloat16)}, "step": 3}, tmp_path / "t.lzy")
     proc = _run("""

@@ -172,6 +172,7 @@ def test_add_after_close_raises_closed_error(tmp_path):
     assert issubclass(ls.ClosedError, ls.LazyStoreError)
 
 
+@pytest.mark.slow
 def test_dropped_writer_leaves_no_temp_file(tmp_path):
     w = ls.Writer(tmp_path / "model.lzy")
     w.add("a", np.zeros(1000))
@@ -312,6 +313,7 @@ def _stream(tmp_path, compression, count, tensor_mib):
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss is in KiB on Linux")
 def test_streaming_1gib_raw_has_bounded_memory(tmp_path):
     count, mib = 64, 16
@@ -324,6 +326,7 @@ def test_streaming_1gib_raw_has_bounded_memory(tmp_path):
     assert peak_mib < 250, f"peak RSS {peak_mib:.0f} MiB while writing 1 GiB (base {r['base_kib'] / 1024:.0f} MiB)"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss is in KiB on Linux")
 def test_streaming_512mib_compressed_has_bounded_memory(tmp_path):
     count, mib = 32, 16
@@ -336,6 +339,7 @@ def test_streaming_512mib_compressed_has_bounded_memory(tmp_path):
     assert peak_mib < 250, f"peak RSS {peak_mib:.0f} MiB while writing 512 MiB (base {r['base_kib'] / 1024:.0f} MiB)"
 
 
+@pytest.mark.slow
 def test_a_killed_writers_partial_file_is_removed_by_the_next_save(tmp_path):
     code = (
         "import os, sys, numpy as np, lazystore as ls\n"
