@@ -229,7 +229,11 @@ class BackgroundSaver:
     """
 
     def __init__(self, *, keep_buffers: bool = True, serial: bool = False, on_close: Callable | None = None):
-        self._lock = threading.Lock()  # one save call at a time gets past the waiting
+        # One save call at a time gets past the waiting. Re-entrant, and
+        # counted: a signal handler (the SIGTERM recipe of docs/training.md)
+        # runs on the main thread, which may be inside save() holding it.
+        self._lock = threading.RLock()
+        self._depth = 0
         self._buffers = Buffers(keep_buffers)
         self._executor: ThreadPoolExecutor | None = None
         self._pending: SaveFuture | None = None
@@ -238,7 +242,7 @@ class BackgroundSaver:
 
     def save(self, obj, open_writer: Callable, finish: Callable, *, blocking: bool):
         prepared = prepare(obj, check_flat=not blocking)  # bad input raises here, before anything else
-        with self._lock:
+        with self._held():
             self._settle()  # the save in flight finishes first; its failure is raised here
             writer = open_writer()
             if not blocking:
@@ -256,13 +260,25 @@ class BackgroundSaver:
 
     def wait(self) -> None:
         """Wait for the save in flight; raise its error if nobody has been told."""
-        with self._lock:
-            self._settle()
+        with self._held() as interrupting:
+            if interrupting:
+                self._wait_in_flight()  # the call it interrupted settles it
+            else:
+                self._settle()
 
     def close(self) -> None:
         """Wait (as :meth:`wait`), then let the worker thread and the buffers go;
-        the next save starts them again."""
-        with self._lock:
+        the next save starts them again.
+
+        Called from a signal handler that interrupted a call of this saver
+        on the same thread (SIGTERM during ``save``), it only waits for the
+        save in flight, which then ends durable: the interrupted call still
+        holds the worker and the buffers, and unwinds when the handler exits
+        (a save it was starting is then discarded)."""
+        with self._held() as interrupting:
+            if interrupting:
+                self._wait_in_flight()
+                return
             try:
                 self._settle()
             finally:
@@ -278,11 +294,26 @@ class BackgroundSaver:
         """Hold the saver for the block, once the save in flight (if any) has
         finished: no save starts or runs meanwhile. A failure of that save
         stays for whoever waits next."""
-        with self._lock:
-            pending = self._pending
-            if pending is not None:
-                wait_all([pending])
+        with self._held():
+            self._wait_in_flight()
             yield
+
+    @contextlib.contextmanager
+    def _held(self):
+        """Hold the saver; yields whether this call interrupts another of its
+        calls on the same thread (a signal handler's)."""
+        with self._lock:
+            self._depth += 1
+            try:
+                yield self._depth > 1
+            finally:
+                self._depth -= 1
+
+    def _wait_in_flight(self) -> None:
+        """Wait for the save in flight, if any, leaving its outcome to whoever settles it."""
+        pending = self._pending
+        if pending is not None:
+            wait_all([pending])
 
     @property
     def busy(self) -> bool:

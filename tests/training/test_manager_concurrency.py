@@ -201,6 +201,55 @@ def test_sigterm_mid_background_save_finishes_it_with_close(tmp_path):
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".partial")]
 
 
+SIGTERM_INSIDE_SAVE = """
+    import os, signal, sys, numpy as np, lazystore as ls
+    from lazystore.writing import background
+    folder, where = sys.argv[1], sys.argv[2]
+    mgr = ls.CheckpointManager(folder, keep_last=2)
+    mgr.save(1, {"w": np.full(1 << 16, 1.0, np.float32)})
+
+    def on_sigterm(signum, frame):  # the recipe of docs/training.md
+        mgr.close()
+        sys.exit(128 + signum)
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+    # Test scaffolding: SIGTERM arrives while the main thread is inside save(),
+    # holding the saver: while it snapshots the state, or just after it
+    # handed the save to the worker.
+    saver = mgr._saver
+    if where == "snapshot":
+        real = background.snapshot
+        def snapshot(*args):
+            os.kill(os.getpid(), signal.SIGTERM)
+            return real(*args)
+        background.snapshot = snapshot
+    else:
+        real = saver._submit
+        def submit(*args):
+            future = real(*args)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return future
+        saver._submit = submit
+    mgr.save(2, {"w": np.full(1 << 16, 2.0, np.float32)}, blocking=False)
+    print("save returned", flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where, steps", [("snapshot", [1]), ("submitted", [1, 2])])
+def test_sigterm_while_the_main_thread_is_inside_save_does_not_deadlock(tmp_path, where, steps):
+    # close() from the handler used to wait on the saver's lock, held by the
+    # very save call the signal interrupted: the process hung until SIGKILL.
+    child = run_child(SIGTERM_INSIDE_SAVE, tmp_path, where)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 128 + signal.SIGTERM, err
+    assert "save returned" not in out
+    mgr = ls.CheckpointManager(tmp_path)
+    assert mgr.steps() == steps and mgr.damaged() == {}  # a save already handed over ends durable
+    assert (mgr.restore(steps[-1])["w"] == float(steps[-1])).all()
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".partial")]
+
+
 AT_EXIT = """
     import atexit, sys, numpy as np, lazystore as ls
     mgr = ls.CheckpointManager(sys.argv[1])
