@@ -241,7 +241,12 @@ def test_sigterm_while_the_main_thread_is_inside_save_does_not_deadlock(tmp_path
     # close() from the handler used to wait on the saver's lock, held by the
     # very save call the signal interrupted: the process hung until SIGKILL.
     child = run_child(SIGTERM_INSIDE_SAVE, tmp_path, where)
-    out, err = child.communicate(timeout=60)
+    try:
+        out, err = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        child.kill()  # deadlocked: it would ignore SIGTERM
+        child.communicate()
+        raise
     assert child.returncode == 128 + signal.SIGTERM, err
     assert "save returned" not in out
     mgr = ls.CheckpointManager(tmp_path)
