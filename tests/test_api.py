@@ -374,7 +374,7 @@ def test_unsupported_dtype(tmp_path, value):
 
 @pytest.mark.parametrize("key", [b"bytes", None, ("a",), 1.5, True], ids=repr)
 def test_non_str_key(tmp_path, key):
-    # (int keys are valid in nested state: see tests/training/test_tree.py)
+    # (int keys are valid in nested state: see tests/views/test_tree.py)
     with pytest.raises(ls.InvalidInputError):
         ls.save({key: np.zeros(2)}, tmp_path / "ck.lzy")
     with pytest.raises(ls.InvalidInputError):
@@ -440,7 +440,7 @@ def test_unknown_compression(tmp_path, compression):
 
 
 def test_save_requires_a_mapping_or_nested_state(tmp_path):
-    # Lists and tuples are nested state (tests/training/test_tree.py); other objects are refused.
+    # Lists and tuples are nested state (tests/views/test_tree.py); other objects are refused.
     for obj in (iter([("a", np.zeros(2))]), {"a", "b"}, object()):
         with pytest.raises(ls.InvalidInputError):
             ls.save(obj, tmp_path / "ck.lzy")

@@ -65,8 +65,9 @@ class ShardedWriter(TensorWriter):
     ``max_shard_size`` bytes (a tensor larger than that gets a shard of its
     own). Interface of :class:`~lazystore.Writer`; ``compression``,
     ``compression_level``, ``alignment`` and ``chunk_bytes`` go to each
-    shard's Writer, and are checked here, before the folder is touched. One sharded save into a folder at a time is the
-    intended use; two at once both succeed, and the later index wins.
+    shard's Writer, and are checked here, before the folder is touched.
+    One sharded save into a folder at a time is the intended use; two at
+    once both succeed, and the later index wins.
     """
 
     def __init__(self, folder, *, max_shard_size: int | None = None, metadata: Mapping | None = None,

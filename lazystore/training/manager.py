@@ -316,8 +316,8 @@ class CheckpointManager:
         return step
 
     def _metrics(self, step: int) -> dict:
-        with self._reading(step) as path:
-            return self.files.metrics(step, path, _read_metrics)
+        with self._reading(step):  # its errors name the file; deleted meanwhile: not found
+            return self.files.metrics(step, _read_metrics)
 
     @contextlib.contextmanager
     def _reading(self, step: int):

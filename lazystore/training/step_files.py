@@ -55,8 +55,9 @@ class StepFiles:
         """The file name of checkpoint ``step``'s base (None: a keyframe)."""
         return self.facts(step).base
 
-    def metrics(self, step: int, path: Path, read: Callable[[Path], dict]) -> dict:
-        """Step's metrics, ``read(path)`` unless cached for the file as it is now."""
+    def metrics(self, step: int, read: Callable[[Path], dict]) -> dict:
+        """Step's metrics, ``read(its path)`` unless cached for the file as it is now."""
+        path = self.path(step)
         key = stat_key(path)
         cached = self._metrics.get(step)
         if cached is None or cached[0] != key:

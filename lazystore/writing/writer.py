@@ -285,7 +285,6 @@ class Writer(TensorWriter):
         if self._base is not None:
             self._base.close()
 
-
     @property
     def base_file(self) -> str | None:
         """The file name of the base the file names (once closed): None
