@@ -55,10 +55,29 @@ def config() -> dict[str, str]:
 
 
 def show_config(mode: str = "stdout") -> dict[str, str] | None:
-    """Print lazystore's version, its format version, the versions of the
+    """Print what this lazystore runs with, or return it as a dict.
+
+    That is lazystore's version, its format version, the versions of the
     libraries it uses, and whether its optional C kernels are in use (and
-    from which file); with ``mode="dicts"``, return the same as a dict
-    instead (as ``numpy.show_config`` does)."""
+    from which file), as ``numpy.show_config`` shows numpy's.
+
+    Parameters
+    ----------
+    mode : {"stdout", "dicts"}, optional
+        ``"stdout"`` (the default) prints one ``name: value`` line per
+        component; ``"dicts"`` returns the same as a dict instead.
+
+    Returns
+    -------
+    dict of str to str or None
+        The component names and what this process runs of them, with
+        ``mode="dicts"``; None when printed.
+
+    Raises
+    ------
+    InvalidInputError
+        ``mode`` is neither ``"stdout"`` nor ``"dicts"``.
+    """
     if mode not in MODES:
         raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     lines = config()

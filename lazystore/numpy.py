@@ -24,42 +24,105 @@ from lazystore._core import tensor_names
 from lazystore.errors import InvalidInputError
 from lazystore.torch.handle import safe_open
 
+__all__ = ["load", "load_file", "save", "save_file"]
+
 
 def save_file(tensor_dict: Mapping, filename, metadata: Mapping | None = None, **options) -> None:
     """Save a dict of numpy arrays to ``filename``, atomically.
 
-    ``metadata`` is any JSON object (safetensors takes str to str; that is a
-    special case). ``options`` are :func:`lazystore.save`'s
-    (``compression``, ``compression_level``, ``chunk_bytes``, ...).
     Big-endian arrays are stored little-endian, as safetensors stores them;
     non-contiguous arrays are stored as their values.
+
+    Parameters
+    ----------
+    tensor_dict : Mapping of str to numpy.ndarray
+        The arrays, by name; every name a str, every value an array.
+    filename : str or os.PathLike
+        Where to write the lazystore file.
+    metadata : Mapping, optional
+        Any JSON object (safetensors takes str to str; that is a special
+        case).
+    **options
+        :func:`lazystore.save`'s options (``compression``,
+        ``compression_level``, ``chunk_bytes``, ...).
+
+    Raises
+    ------
+    InvalidInputError
+        ``tensor_dict`` is not a Mapping, a name is not a str, or a value
+        is not a numpy array; checked before a byte is written.
     """
     api.save(_checked(tensor_dict), filename, metadata=metadata, **options)
 
 
 def save(tensor_dict: Mapping, metadata: Mapping | None = None, **options) -> bytes:
-    """The bytes :func:`save_file` would write (a lazystore file)."""
+    """The bytes :func:`save_file` would write (a lazystore file).
+
+    Parameters
+    ----------
+    tensor_dict : Mapping of str to numpy.ndarray
+        The arrays, by name, as for :func:`save_file`.
+    metadata : Mapping, optional
+        Any JSON object.
+    **options
+        :func:`lazystore.save`'s options (``compression``, ...).
+
+    Returns
+    -------
+    bytes
+        The whole lazystore file.
+
+    Raises
+    ------
+    InvalidInputError
+        ``tensor_dict`` is not a Mapping of str to numpy arrays.
+    """
     buffer = io.BytesIO()
     api.save(_checked(tensor_dict), buffer, metadata=metadata, **options)
     return buffer.getvalue()
 
 
 def load(data, *, verify: bool = True) -> dict[str, np.ndarray]:
-    """The arrays of a checkpoint held in bytes (what :func:`save` returns, or
-    a safetensors file's bytes): writable, owning their memory, in the
-    file's order, each checked against its checksums (``verify=False``
-    skips raw arrays' check)."""
+    """The arrays of a checkpoint held in bytes.
+
+    Parameters
+    ----------
+    data : bytes-like
+        What :func:`save` returns, or a safetensors file's bytes.
+    verify : bool, optional
+        Check each array against its checksums (the default);
+        ``verify=False`` skips raw arrays' check.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Every array, writable and owning its memory, in the file's order.
+    """
     with api.open_bytes(data) as ck:
         return ck.load(verify=verify)
 
 
 def load_file(filename, *, backend: str = "mmap", verify: bool = True) -> dict[str, np.ndarray]:
-    """Every array of ``filename``, in the file's order, as
-    ``safe_open(filename, framework="np").get_tensors()`` gives them:
+    """Every array of ``filename``, in the file's order.
+
+    As ``safe_open(filename, framework="np").get_tensors()`` gives them:
     writable; on a local file raw arrays are copy-on-write views of it
-    (writing never changes the file); checked against their checksums
-    unless ``verify=False``. ``backend`` ("mmap" or "pread") is accepted;
-    lazystore picks its own I/O."""
+    (writing never changes the file).
+
+    Parameters
+    ----------
+    filename : str or os.PathLike
+        A lazystore file, a safetensors file or a sharded folder.
+    backend : {"mmap", "pread"}, optional
+        Accepted for safetensors' sake; lazystore picks its own I/O.
+    verify : bool, optional
+        Check each array against its checksums (the default).
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Every array of the file, by name.
+    """
     with safe_open(filename, framework="np", backend=backend) as f:
         return f.get_tensors(verify=verify)
 

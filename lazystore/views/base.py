@@ -22,26 +22,51 @@ from lazystore._core import globs
 from lazystore._core.slicing import selection
 from lazystore.errors import ClosedError, InvalidInputError, TensorNotFoundError
 
+__all__ = ["TensorInfo", "TensorSlice", "ViewBase"]
+
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """What a view knows about one tensor without reading its data."""
+    """What a view knows about one tensor without reading its data.
+
+    Attributes
+    ----------
+    name : str
+        The tensor's name.
+    dtype : numpy.dtype
+        Its dtype.
+    shape : tuple of int
+        Its shape.
+    nbytes : int
+        Its decoded size.
+    stored_nbytes : int
+        The bytes it occupies in storage, padding excluded.
+    compression : str or None
+        None for a raw tensor, else the codec's name.
+    chunk_count : int
+        The chunks it is stored in.
+    offset : int
+        The absolute file offset of its first stored byte (0 where there is
+        no file offset).
+    """
 
     name: str
     dtype: np.dtype
     shape: tuple[int, ...]
-    nbytes: int  # decoded size
-    stored_nbytes: int  # bytes in storage, padding excluded
-    compression: str | None  # None for raw tensors, else the codec name
+    nbytes: int
+    stored_nbytes: int
+    compression: str | None
     chunk_count: int
-    offset: int  # absolute file offset of the first stored byte (0 where there is no file offset)
+    offset: int
 
     @property
     def ndim(self) -> int:
+        """The number of axes."""
         return len(self.shape)
 
     @property
     def size(self) -> int:
+        """The number of elements."""
         return int(np.prod(self.shape, dtype=np.int64))
 
 
@@ -111,19 +136,101 @@ class ViewBase(abc.ABC, Mapping):
 
     @abc.abstractmethod
     def info(self, name: str) -> TensorInfo:
-        """dtype, shape, sizes and codec of a tensor, without reading its data."""
+        """The dtype, shape, sizes and codec of a tensor, without reading its data.
+
+        Parameters
+        ----------
+        name : str
+            The tensor's name.
+
+        Returns
+        -------
+        TensorInfo
+            What the view knows of the tensor.
+
+        Raises
+        ------
+        TensorNotFoundError
+            No tensor has that name.
+        ClosedError
+            The view is closed.
+        """
 
     @abc.abstractmethod
     def get_slice(self, name: str) -> TensorSlice:
-        """A handle whose ``[index]`` reads only what basic indexing needs."""
+        """A handle whose ``[index]`` reads only what basic indexing needs.
+
+        Parameters
+        ----------
+        name : str
+            The tensor's name.
+
+        Returns
+        -------
+        TensorSlice
+            The handle; it raises ClosedError once the view is closed.
+
+        Raises
+        ------
+        TensorNotFoundError
+            No tensor has that name.
+        ClosedError
+            The view is closed.
+        """
 
     @abc.abstractmethod
     def load(self, keys=None, *, verify: bool = True) -> dict[str, np.ndarray]:
-        """Writable arrays of some or all tensors, checked unless ``verify=False``."""
+        """Writable arrays of some or all tensors, checked unless ``verify=False``.
+
+        Parameters
+        ----------
+        keys : str or iterable of str, optional
+            A glob pattern (str) or the names to load; None (the default)
+            loads every tensor.
+        verify : bool, optional
+            Check each tensor against its checksums, where the storage
+            records them (the default).
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            The arrays, in the order asked for.
+
+        Raises
+        ------
+        TensorNotFoundError
+            An unknown name, or a glob that matches nothing.
+        ChecksumError
+            A tensor's stored bytes fail their checksums.
+        ClosedError
+            The view is closed.
+        """
 
     @abc.abstractmethod
     def verify(self, keys=None) -> list[str]:
-        """Names of tensors whose stored bytes fail their checks."""
+        """Names of tensors whose stored bytes fail their checks.
+
+        Parameters
+        ----------
+        keys : str or iterable of str, optional
+            A glob pattern (str) or the names to check; None (the default)
+            checks every tensor.
+
+        Returns
+        -------
+        list of str
+            The names of the tensors whose stored bytes fail their checksums
+            or do not decode; ``[]`` when all are intact.
+
+        Raises
+        ------
+        VerificationUnavailableError
+            The storage records no checksums (a safetensors file).
+        TensorNotFoundError
+            An unknown name, or a glob that matches nothing.
+        ClosedError
+            The view is closed.
+        """
 
     @abc.abstractmethod
     def _selection(self, table: dict) -> ViewBase:
@@ -139,14 +246,17 @@ class ViewBase(abc.ABC, Mapping):
 
     @property
     def closed(self) -> bool:
-        """Is the view closed, or the view it was selected from?"""
+        """Whether the view, or the view it was selected from, is closed."""
         parent = self._parent
         return self._closed or (parent is not None and parent.closed)
 
     def close(self) -> None:
-        """Close the view; a second call does nothing. The view that opened
-        the resources frees them, which closes its selections too; a
-        selection closes only itself."""
+        """Close the view; a second call does nothing.
+
+        The view that opened the resources frees them, which closes its
+        selections too; a selection closes only itself. Arrays already
+        handed out stay valid.
+        """
         if not self._closed:
             self._closed = True
             if self._parent is None:
@@ -217,12 +327,30 @@ class ViewBase(abc.ABC, Mapping):
 
     def select(self, keys_or_glob) -> ViewBase:
         """A view of some tensors: a glob pattern (str) or an iterable of names.
-        A glob that matches nothing and an unknown name raise
-        TensorNotFoundError; an empty list gives an empty view.
 
         The selection shares this view's resources without owning them:
         closing this view closes the selection too; closing the selection
         alone leaves this view open.
+
+        Parameters
+        ----------
+        keys_or_glob : str or iterable of str
+            A glob pattern (str), or the names to keep, in the order the
+            selection gives them; an empty list gives an empty view.
+
+        Returns
+        -------
+        ViewBase
+            A view of the same kind over the selected tensors.
+
+        Raises
+        ------
+        TensorNotFoundError
+            A glob that matches nothing, or an unknown name.
+        InvalidInputError
+            ``keys_or_glob`` is neither a str nor an iterable.
+        ClosedError
+            The view is closed.
         """
         table = self._table
         sub = self._selection({n: table[n] for n in self._resolve(keys_or_glob)})
@@ -239,8 +367,10 @@ class ViewBase(abc.ABC, Mapping):
 
     @property
     def system_metadata(self) -> dict:
-        """lazystore's own metadata entries (keys starting with ``__lazystore``),
-        such as the nested structure of a training checkpoint."""
+        """lazystore's own metadata entries (keys starting with ``__lazystore``).
+
+        Such as the nested structure of a training checkpoint.
+        """
         self._check_open()
         return self._system_metadata
 
@@ -264,7 +394,22 @@ class TensorSlice:
     hands ``read(index, picks)`` the index and the range of elements it
     picks on each axis, so the view reads just those (a raw tensor of a
     local file gives a read-only view, a compressed one decodes only the
-    chunks the index touches).
+    chunks the index touches). Indexing a slice of a closed view raises
+    :class:`~lazystore.errors.ClosedError`.
+
+    Parameters
+    ----------
+    view : ViewBase
+        The view it reads from; closing it closes the slice.
+    name : str
+        The tensor's name.
+    dtype : numpy.dtype
+        The tensor's dtype.
+    shape : tuple of int
+        The tensor's shape.
+    read : callable
+        ``read(index, picks)``: the part of the tensor ``index`` selects,
+        given the range of elements it picks on each axis.
     """
 
     __slots__ = ("_read", "_view", "dtype", "name", "shape")
@@ -278,9 +423,17 @@ class TensorSlice:
 
     @property
     def ndim(self) -> int:
+        """The number of axes."""
         return len(self.shape)
 
-    def get_shape(self) -> list[int]:  # safetensors' spelling
+    def get_shape(self) -> list[int]:
+        """The shape as a list (safetensors' spelling of ``shape``).
+
+        Returns
+        -------
+        list of int
+            The tensor's shape.
+        """
         return list(self.shape)
 
     def __len__(self) -> int:

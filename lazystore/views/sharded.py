@@ -9,18 +9,38 @@ from __future__ import annotations
 
 from lazystore.views.base import TensorInfo, TensorSlice, ViewBase
 
+__all__ = ["ShardedView"]
+
 
 class ShardedView(ViewBase):
     """A Mapping over the tensors of several shard views, as one checkpoint.
 
     It owns the shard views it is given: closing it closes them, and it is
-    closed once any of them is. The contract is :class:`ViewBase`'s.
+    closed once any of them is. The contract is :class:`ViewBase`'s:
+    ``load`` reads each tensor through its shard's own ``load``, and
+    ``verify`` runs each shard's own checks (every shard whole, its head
+    included, when asked for all tensors). ``ls.open(folder)`` builds one
+    (:mod:`lazystore.interop.sharded`).
+
+    Parameters
+    ----------
+    name : str
+        Where the checkpoint is read from (the folder).
+    views : list of ViewBase
+        The shards' views, in index order; the new view owns them.
+    owner : dict of str to ViewBase
+        Each tensor name, in the checkpoint's order, to the shard view
+        holding it.
+    metadata : dict
+        The checkpoint's user metadata.
+    system_metadata : dict
+        lazystore's own metadata entries.
+    format : str
+        The format the view reports (``"lazystore (sharded)"``, say).
     """
 
     def __init__(self, name: str, views: list[ViewBase], owner: dict[str, ViewBase], *, metadata: dict,
                  system_metadata: dict, format: str):
-        """``owner`` maps each tensor name, in the checkpoint's order, to the
-        shard view holding it."""
         self.name = name
         self._shards = views
         self._table = owner
@@ -39,6 +59,7 @@ class ShardedView(ViewBase):
 
     @property
     def closed(self) -> bool:
+        """Whether the view, the view it was selected from, or any shard is closed."""
         return super().closed or any(v.closed for v in self._shards)
 
     @property
@@ -66,7 +87,6 @@ class ShardedView(ViewBase):
         return list(groups.values())
 
     def verify(self, keys=None) -> list[str]:
-        """Names of corrupt tensors, over every shard (each shard's own checks)."""
         names = self._wanted(keys)
         bad: set[str] = set()
         if keys is None and self._parent is None:  # every shard whole, its head included
@@ -78,7 +98,6 @@ class ShardedView(ViewBase):
         return [n for n in names if n in bad]
 
     def load(self, keys=None, *, verify: bool = True) -> dict:
-        """Writable arrays, each shard's own ``load`` (checked unless ``verify=False``)."""
         names = self._wanted(keys)
         loaded: dict = {}
         for v, group in self._by_shard(names):
