@@ -48,6 +48,7 @@ COVERED: dict[str, tuple[str, ...] | None] = {
     "lazystore.numpy": None,
     "lazystore.views.base": None,
     "lazystore.views.sharded": None,
+    "lazystore.hf": None,
 }
 
 SECTIONS = ("Parameters", "Returns", "Yields", "Receives", "Other Parameters", "Raises", "Warns", "Warnings",

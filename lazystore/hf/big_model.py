@@ -45,15 +45,61 @@ def load_checkpoint_in_model(model, checkpoint, device_map=None, offload_folder=
                              offload_state_dict: bool = False, offload_buffers: bool = False,
                              keep_in_fp32_modules=None, offload_8bit_bnb: bool = False, strict: bool = False,
                              full_state_dict: bool = True, broadcast_from_rank0: bool = False) -> None:
-    """Load a checkpoint into ``model``, each tensor sent to the device
-    ``device_map`` gives its module, as accelerate's function does (see the
-    module's docstring for the differences with a lazystore checkpoint).
+    """Load a checkpoint into ``model``, as accelerate's function does.
 
-    Modules on ``"disk"`` are left on the meta device, in ``dtype``:
-    dispatch the model with :func:`dispatch_from_file` (or call
+    Each tensor is sent to the device ``device_map`` gives its module (see
+    the module's docstring for the differences with a lazystore
+    checkpoint). Modules on ``"disk"`` are left on the meta device, in
+    ``dtype``: dispatch the model with :func:`dispatch_from_file` (or call
     :func:`load_checkpoint_and_dispatch`), which reads them from the file at
     each forward. accelerate's ``dispatch_model`` would look for them in an
     offload folder, where nothing was written.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model to load into.
+    checkpoint : str or os.PathLike
+        A lazystore file, a folder holding one, a sharded lazystore folder or
+        its ``lazystore.index.json``; anything else goes to accelerate's
+        function unchanged.
+    device_map : dict, optional
+        Module names to devices (``"disk"`` included); None loads the whole
+        state dict into the model where it is.
+    offload_folder : str or os.PathLike, optional
+        Not needed for a lazystore checkpoint: neither created nor written to.
+    dtype : torch.dtype or str, optional
+        The dtype floating tensors are loaded in (``"float16"`` or
+        ``"torch.float16"`` too).
+    offload_state_dict : bool, optional
+        Accepted, no effect: no shard is ever held whole.
+    offload_buffers : bool, optional
+        Buffers of disk modules are read at each forward too, as parameters
+        are; else they are loaded into memory.
+    keep_in_fp32_modules : list of str, optional
+        Modules kept in float32 when ``dtype`` is float16 (accelerate's rule).
+    offload_8bit_bnb : bool, optional
+        Must be False for a lazystore checkpoint: there is no offload folder
+        to quantize into.
+    strict : bool, optional
+        The checkpoint's names and the model's must be the same.
+    full_state_dict, broadcast_from_rank0 : bool, optional
+        torch's ``StateDictOptions``, without a device map.
+
+    Raises
+    ------
+    FormatError
+        ``checkpoint`` claims to be lazystore's (its magic, a ``.lzy`` file,
+        a lazystore index) but does not open.
+    InvalidInputError
+        ``offload_8bit_bnb=True`` with a lazystore checkpoint, or a tensor
+        that no entry of ``device_map`` covers.
+    StateDictMismatchError
+        ``strict=True`` and the checkpoint's names differ from the model's.
+    ChecksumError
+        A tensor read fails its checksums.
+    MissingDependencyError
+        accelerate is not installed.
     """
     found = _lazystore_checkpoint(checkpoint)
     if found is None:
@@ -75,13 +121,63 @@ def load_checkpoint_and_dispatch(model, checkpoint, device_map=None, max_memory=
                                  dtype=None, offload_state_dict=None, skip_keys=None, preload_module_classes=None,
                                  force_hooks: bool = False, strict: bool = False, full_state_dict: bool = True,
                                  broadcast_from_rank0: bool = False):
-    """Load a checkpoint into ``model`` and dispatch it across devices, as
-    accelerate's function does; returns the model. ``device_map`` may be
-    "auto", "balanced", "balanced_low_0" or "sequential", computed with
-    accelerate's own ``get_balanced_memory`` and ``infer_auto_device_map``
-    from ``max_memory`` exactly as accelerate computes it. Modules on
-    ``"disk"`` read their weights from the lazystore checkpoint at each
-    forward; nothing is written to ``offload_folder``.
+    """Load a checkpoint into ``model`` and dispatch it across devices, as accelerate's function does.
+
+    Modules on ``"disk"`` read their weights from the lazystore checkpoint
+    at each forward; nothing is written to ``offload_folder``. A checkpoint
+    that is not lazystore's goes to accelerate's function unchanged.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model to load into and dispatch.
+    checkpoint : str or os.PathLike
+        As for :func:`load_checkpoint_in_model`.
+    device_map : dict or str, optional
+        Module names to devices, or one of "auto", "balanced",
+        "balanced_low_0" or "sequential", computed with accelerate's own
+        ``get_balanced_memory`` and ``infer_auto_device_map`` from
+        ``max_memory`` exactly as accelerate computes it. None loads without
+        dispatching.
+    max_memory : dict, optional
+        The memory each device may use, for a ``device_map`` string.
+    no_split_module_classes : list of str, optional
+        Module classes never split across devices.
+    offload_folder : str or os.PathLike, optional
+        Not needed for a lazystore checkpoint: nothing is written to it.
+    offload_buffers : bool, optional
+        Buffers of disk modules are read at each forward too.
+    dtype : torch.dtype or str, optional
+        The dtype floating tensors are loaded in.
+    offload_state_dict : bool, optional
+        Accepted, no effect.
+    skip_keys, preload_module_classes, force_hooks
+        accelerate's ``dispatch_model``'s.
+    strict : bool, optional
+        The checkpoint's names and the model's must be the same.
+    full_state_dict, broadcast_from_rank0 : bool, optional
+        torch's ``StateDictOptions``, without a device map.
+
+    Returns
+    -------
+    torch.nn.Module
+        The model, dispatched as ``dispatch_model`` returns it (as it is
+        without a ``device_map``).
+
+    Raises
+    ------
+    InvalidInputError
+        A ``device_map`` string accelerate does not know, or as for
+        :func:`load_checkpoint_in_model`.
+    FormatError
+        ``checkpoint`` claims to be lazystore's but does not open.
+    StateDictMismatchError
+        ``strict=True`` and the names differ, or the file lacks a tensor of
+        a disk module or holds it in another shape.
+    ChecksumError
+        A tensor read fails its checksums.
+    MissingDependencyError
+        accelerate is not installed.
     """
     utils = require_accelerate()
     found = _lazystore_checkpoint(checkpoint)

@@ -33,10 +33,11 @@ NEEDS_TORCH = "lazystore.hf.offload gives PyTorch tensors"
 
 
 class FileWeights(Mapping):
-    """A model's parameter and buffer names -> torch tensors (on the CPU)
-    read from a lazystore file or sharded folder at each access.
+    """A Mapping of a model's names to torch tensors read from a lazystore file at each access.
 
-    Nothing is read until a name is looked up, and nothing is kept: each
+    The names are the model's parameter and buffer names; the tensors are
+    on the CPU, read from a lazystore file or sharded folder. Nothing is
+    read until a name is looked up, and nothing is kept: each
     ``weights[name]`` reads that tensor again, checked against its checksums
     unless ``verify=False`` (a damaged one raises ``ls.ChecksumError``
     naming it). ``in``, ``len`` and iteration read no tensor data.
@@ -56,6 +57,26 @@ class FileWeights(Mapping):
 
     The file stays open while the object lives (a dispatched model holds it
     through its hooks); ``close()`` or a ``with`` block closes it.
+
+    Parameters
+    ----------
+    checkpoint : str or os.PathLike
+        A lazystore file or sharded folder, local or a URL.
+    names : Mapping of str to str, optional
+        A model's names to the file's names, where they differ.
+    verify : bool, optional
+        Check each tensor against its checksums as it is read (the default).
+
+    Raises
+    ------
+    FormatError
+        ``checkpoint`` is not a checkpoint lazystore reads (the message names it).
+    TensorNotFoundError
+        ``names`` maps a name to one the file does not hold.
+    InvalidInputError
+        ``names`` is not a Mapping.
+    MissingDependencyError
+        PyTorch is not installed.
     """
 
     def __init__(self, checkpoint, *, names: Mapping[str, str] | None = None, verify: bool = True):
@@ -105,7 +126,23 @@ class FileWeights(Mapping):
         return torch_arrays.cpu_tensor(array)
 
     def info(self, key: str):
-        """The file's :class:`~lazystore.TensorInfo` for ``key``, without reading its data."""
+        """The file's :class:`~lazystore.TensorInfo` for ``key``, without reading its data.
+
+        Parameters
+        ----------
+        key : str
+            A model's name (or the file's).
+
+        Returns
+        -------
+        TensorInfo
+            The stored tensor's dtype, shape and sizes.
+
+        Raises
+        ------
+        TensorNotFoundError
+            The name is not served.
+        """
         return self._mapped.info(self._stored(key))
 
     def __contains__(self, key) -> bool:
@@ -190,13 +227,10 @@ class _Served(Mapping):
 
 def dispatch_from_file(model, device_map, weights, *, main_device=None, offload_buffers: bool = False,
                        skip_keys=None, preload_module_classes=None, force_hooks: bool = False):
-    """accelerate's ``dispatch_model(model, device_map, ...)``, with the
-    modules on ``"disk"`` reading their weights from ``weights`` (a
-    :class:`FileWeights`, or a checkpoint path to open as one) at each
-    forward: no offload folder, nothing copied. Returns the model, as
-    ``dispatch_model`` does.
+    """accelerate's ``dispatch_model``, with disk modules reading their weights from ``weights``.
 
-    The model's disk modules may sit on the meta device (built under
+    The modules on ``"disk"`` read their weights from ``weights`` at each
+    forward: no offload folder, nothing copied. The model's disk modules may sit on the meta device (built under
     ``accelerate.init_empty_weights()``); their parameters (and persistent
     buffers with ``offload_buffers=True``) must be in ``weights`` with the
     model's shapes, else StateDictMismatchError naming the file, before
@@ -209,6 +243,38 @@ def dispatch_from_file(model, device_map, weights, *, main_device=None, offload_
     ``model.to(dtype)`` on the meta model, or ``load_checkpoint_in_model``'s
     ``dtype=``, picks it. Tied weights the file stores under one name only
     are served under every name of the tie.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model to dispatch; its disk modules may be on the meta device.
+    device_map : dict
+        Module names to devices (``"disk"`` included), as accelerate takes it.
+    weights : FileWeights or str or os.PathLike
+        The weights of the disk modules: a :class:`FileWeights`, or a
+        checkpoint path to open as one.
+    main_device : str or torch.device, optional
+        Where offloaded modules run; by default the first device of
+        ``device_map`` that is neither "cpu" nor "disk", else "cpu".
+    offload_buffers : bool, optional
+        Persistent buffers of disk modules are read at each forward too.
+    skip_keys, preload_module_classes, force_hooks
+        accelerate's ``dispatch_model``'s.
+
+    Returns
+    -------
+    torch.nn.Module
+        The model, as ``dispatch_model`` returns it.
+
+    Raises
+    ------
+    StateDictMismatchError
+        ``weights`` lacks a tensor of a disk module, or holds it in another
+        shape; found before anything is dispatched.
+    InvalidInputError
+        A tensor that no entry of ``device_map`` covers.
+    MissingDependencyError
+        accelerate is not installed.
     """
     accelerate_utils = require_accelerate()
     import accelerate

@@ -46,22 +46,50 @@ REFUSED = ("state_dict", "gguf_file")
 
 
 def from_pretrained(cls, pretrained_model_name_or_path, *model_args, verify: bool = True, **kwargs):
-    """``cls.from_pretrained(pretrained_model_name_or_path, *model_args,
-    **kwargs)``, for a folder with lazystore weights too.
+    """``cls.from_pretrained(pretrained_model_name_or_path, ...)``, for a folder with lazystore weights too.
 
-    ``cls`` is a transformers model class: an ``AutoModel*`` class or a
-    concrete one (``BertModel``). A local folder holding ``model.lzy`` or
-    lazystore's sharded index loads those weights, with every argument
-    transformers takes (``dtype``/``torch_dtype``, ``device_map`` with
-    ``max_memory``, config overrides, ``output_loading_info``, ...) meaning
-    what it means there: the model is built on the meta device and each
-    tensor is read from the file when transformers places it, so memory
-    peaks at about the weights. Each tensor is checked against its
-    checksums as it is read (``ls.ChecksumError`` names a damaged one)
-    unless ``verify=False``. Anything else (a folder of safetensors, a Hub
-    id) is ``cls.from_pretrained``'s to load, unchanged. A folder holding
-    both lazystore and transformers weights raises ``ls.FormatError``
-    unless ``use_safetensors`` says which (True: transformers').
+    A local folder holding ``model.lzy`` or lazystore's sharded index loads
+    those weights, with every argument transformers takes meaning what it
+    means there: the model is built on the meta device and each tensor is
+    read from the file when transformers places it, so memory peaks at
+    about the weights. Anything else (a folder of safetensors, a Hub id) is
+    ``cls.from_pretrained``'s to load, unchanged.
+
+    Parameters
+    ----------
+    cls : type
+        A transformers model class: an ``AutoModel*`` class or a concrete
+        one (``BertModel``).
+    pretrained_model_name_or_path : str or os.PathLike
+        The model folder (or, for transformers, a Hub id).
+    *model_args
+        Passed to the model's ``__init__``, as by ``from_pretrained``.
+    verify : bool, optional
+        Check each tensor against its checksums as it is read (the
+        default; ``ls.ChecksumError`` names a damaged one).
+    **kwargs
+        ``from_pretrained``'s own (``dtype``/``torch_dtype``, ``device_map``
+        with ``max_memory``, config overrides, ``output_loading_info``,
+        ``use_safetensors``, ...).
+
+    Returns
+    -------
+    transformers.PreTrainedModel or tuple
+        The model, or with ``output_loading_info=True`` the model and its
+        loading info, as ``from_pretrained`` returns them.
+
+    Raises
+    ------
+    FormatError
+        The folder holds both lazystore and transformers weights and
+        ``use_safetensors`` does not say which (True: transformers'), or it
+        holds no weights at all.
+    InvalidInputError
+        ``cls`` is not a transformers model class, an ``AutoModel*`` class
+        has no model for the config, or ``state_dict``/``gguf_file`` is
+        given with a folder of lazystore weights.
+    ChecksumError
+        A tensor read fails its checksums.
     """
     folder = pretrained_model_name_or_path
     local = None

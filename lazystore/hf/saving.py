@@ -39,17 +39,41 @@ REFUSED = ("push_to_hub", "variant", "distributed_checkpoint")
 def save_pretrained(model, folder, compression=None, max_shard_size=None, *, compression_level=None,
                     save_original_format: bool = True, state_dict=None, is_main_process: bool = True,
                     **kwargs) -> None:
-    """Write ``model`` to ``folder`` as ``model.save_pretrained(folder)``
-    does, the weights as lazystore's: ``model.lzy``, or shards of at most
-    ``max_shard_size`` (bytes, or transformers' strings: ``"5GB"``,
-    ``"500MiB"``) with ``lazystore.index.json``. ``compression="zstd"``
-    compresses them (``compression_level`` as ``ls.save``'s).
+    """Write ``model`` to ``folder`` as ``model.save_pretrained(folder)`` does, the weights as lazystore's.
 
-    ``state_dict``, ``save_original_format`` and ``is_main_process`` mean
-    what they mean to ``save_pretrained``; its other keyword arguments go
-    to it as they are (``push_to_hub`` and ``variant`` are refused: they
-    name weights lazystore does not write). Quantized models and PEFT
-    adapters are refused: their weights are not a plain state dict.
+    The weights are ``model.lzy``, or shards with ``lazystore.index.json``;
+    the config, generation config and code are transformers' own. Weights
+    the folder held before are removed once the new ones are in place.
+    Quantized models and PEFT adapters are refused: their weights are not a
+    plain state dict.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel or sentence_transformers model
+        The model to save (a sentence-transformers model saves each of its
+        transformer modules' weights so).
+    folder : str or os.PathLike
+        The model folder, created if missing.
+    compression : {None, "zstd"}, optional
+        Compress the weights.
+    max_shard_size : int or str, optional
+        Write shards of at most this many bytes (an int, or transformers'
+        strings: ``"5GB"``, ``"500MiB"``); None writes one ``model.lzy``.
+    compression_level : int, optional
+        As ``ls.save``'s.
+    save_original_format, state_dict, is_main_process
+        What they mean to ``save_pretrained``.
+    **kwargs
+        ``save_pretrained``'s other keyword arguments, passed to it as they
+        are (``push_to_hub``, ``variant`` and ``distributed_checkpoint``
+        are refused: they name weights lazystore does not write).
+
+    Raises
+    ------
+    InvalidInputError
+        A refused argument, a quantized or PEFT model, a ``folder`` that is
+        a file, a bad ``max_shard_size``, or a ``state_dict`` given for a
+        sentence-transformers model.
     """
     refused = [k for k in REFUSED if kwargs.get(k)]
     if refused:

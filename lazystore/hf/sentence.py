@@ -32,15 +32,40 @@ OWN_PREFIX = "sentence_transformers."
 
 
 def sentence_transformer(model_name_or_path, *, verify: bool = True, model_class=None, **kwargs):
-    """``SentenceTransformer(model_name_or_path, **kwargs)`` for a folder
-    whose transformer weights are lazystore's (``model.lzy`` or lazystore's
-    shards, as :func:`lazystore.hf.save_pretrained` writes them), checked
-    against their checksums as they are read unless ``verify=False``.
+    """``SentenceTransformer(model_name_or_path, **kwargs)`` for a folder whose transformer weights are lazystore's.
 
-    ``model_class`` is the sentence-transformers model class to build
-    (``SentenceTransformer`` by default; ``CrossEncoder``,
-    ``SparseEncoder``...). ``kwargs`` are its own (``device``,
-    ``model_kwargs={"dtype": ...}``, ``prompts``, ...).
+    The weights are ``model.lzy`` or lazystore's shards, as
+    :func:`lazystore.hf.save_pretrained` writes them. A folder whose
+    weights are transformers' loads as sentence-transformers loads it.
+
+    Parameters
+    ----------
+    model_name_or_path : str or os.PathLike
+        The sentence-transformers model folder.
+    verify : bool, optional
+        Check the weights against their checksums as they are read (the
+        default).
+    model_class : type, optional
+        The sentence-transformers model class to build
+        (``SentenceTransformer`` by default; ``CrossEncoder``,
+        ``SparseEncoder``...).
+    **kwargs
+        The model class's own (``device``, ``model_kwargs={"dtype": ...}``,
+        ``prompts``, ...).
+
+    Returns
+    -------
+    sentence_transformers.SentenceTransformer
+        The model, of ``model_class``.
+
+    Raises
+    ------
+    FormatError
+        The folder has no ``modules.json``, or it is not a list of modules.
+    InvalidInputError
+        A transformer module whose model is neither an encoder nor a decoder.
+    MissingDependencyError
+        sentence-transformers is not installed.
     """
     try:
         from sentence_transformers import SentenceTransformer
