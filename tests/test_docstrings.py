@@ -49,6 +49,7 @@ COVERED: dict[str, tuple[str, ...] | None] = {
     "lazystore.views.base": None,
     "lazystore.views.sharded": None,
     "lazystore.hf": None,
+    "lazystore.lightning": None,
 }
 
 SECTIONS = ("Parameters", "Returns", "Yields", "Receives", "Other Parameters", "Raises", "Warns", "Warnings",

@@ -30,20 +30,48 @@ from lazystore.lightning.plugin import LazyStoreCheckpointIO
 
 def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None,
                          weights_only=None, **kwargs):
-    """``cls.load_from_checkpoint(checkpoint_path, ...)`` for a checkpoint
-    LazyStoreCheckpointIO reads: a lazystore file, or a torch ``.ckpt``
-    read without unpickling.
+    """``cls.load_from_checkpoint(checkpoint_path, ...)`` for a checkpoint LazyStoreCheckpointIO reads.
 
-    ``cls`` is a LightningModule or LightningDataModule subclass; the
-    arguments are Lightning's: ``hparams_file`` (.yaml or .csv) replaces the
-    saved hyper-parameters, ``kwargs`` override them and reach ``__init__``,
-    ``strict`` is ``load_state_dict``'s. ``map_location``: None, a device
-    string or a ``torch.device`` (a function or a dict loads onto the CPU);
-    lazystore files record no device, so None means the CPU. The model
-    ends up on the device of the loaded weights, as with Lightning.
-    ``weights_only`` is accepted and needs no effect: nothing is unpickled.
-    Tensors are checked against the file's checksums, as ``ls.load`` does
-    (ChecksumError naming the tensor).
+    That is a lazystore file, or a torch ``.ckpt`` read without unpickling.
+    The arguments are Lightning's. The model ends up on the device of the
+    loaded weights, as with Lightning. Tensors are checked against the
+    file's checksums, as ``ls.load`` does.
+
+    Parameters
+    ----------
+    cls : type
+        A LightningModule or LightningDataModule subclass.
+    checkpoint_path : str or os.PathLike or file object
+        The checkpoint.
+    map_location : str or torch.device or callable or dict, optional
+        None, a device string or a ``torch.device`` (a function or a dict
+        loads onto the CPU); lazystore files record no device, so None
+        means the CPU.
+    hparams_file : str or os.PathLike, optional
+        A .yaml or .csv file whose hyper-parameters replace the saved ones.
+    strict : bool, optional
+        ``load_state_dict``'s, which Lightning checks against the module's
+        ``strict_loading``.
+    weights_only : bool, optional
+        Accepted and needs no effect: nothing is unpickled.
+    **kwargs
+        Override the saved hyper-parameters and reach ``__init__``.
+
+    Returns
+    -------
+    lightning.pytorch.LightningModule or lightning.pytorch.LightningDataModule
+        An instance of ``cls``, its state loaded.
+
+    Raises
+    ------
+    InvalidInputError
+        ``cls`` is not a LightningModule or LightningDataModule subclass.
+    ChecksumError
+        A tensor fails its checksums (the message names it).
+    FormatError
+        The file is damaged or not a checkpoint.
+    ValueError
+        ``hparams_file`` is neither .csv, .yml nor .yaml (Lightning's error).
     """
     if not (isinstance(cls, type) and issubclass(cls, (pl.LightningModule, pl.LightningDataModule))):
         raise InvalidInputError(f"load_from_checkpoint loads a LightningModule or LightningDataModule subclass, "

@@ -15,11 +15,17 @@ from lazystore.lightning.imports import CheckpointIO, get_filesystem
 class LazyStoreCheckpointIO(CheckpointIO):
     """A Lightning ``CheckpointIO`` that writes lazystore files.
 
-    ``compression`` (e.g. "zstd") is passed to :func:`lazystore.save`;
-    ``blocking=False`` saves in the background, one save at a time.
     ``storage_options`` given to ``save_checkpoint`` (by
     ``Trainer.save_checkpoint(..., storage_options=...)``) are the fsspec
     options of an object-store URL, as for :func:`lazystore.save`.
+
+    Parameters
+    ----------
+    compression : {None, "zstd"}, optional
+        Passed to :func:`lazystore.save`.
+    blocking : bool, optional
+        True (the default) saves before ``save_checkpoint`` returns; False
+        saves in the background, one save at a time.
     """
 
     def __init__(self, *, compression=None, blocking: bool = True):
@@ -29,6 +35,27 @@ class LazyStoreCheckpointIO(CheckpointIO):
         self._pending: tuple[str, Future] | None = None  # (path, future) of the save in flight
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options: Mapping | None = None) -> None:
+        """Save Lightning's checkpoint dict as a lazystore file at ``path``.
+
+        With ``blocking=False`` the save runs in the background; the error
+        of a background save nobody has waited for is raised by the next
+        ``save_checkpoint`` (or by :meth:`wait`).
+
+        Parameters
+        ----------
+        checkpoint : dict
+            Lightning's checkpoint: weights, optimizer and scheduler states,
+            loop progress, callback states, hyper-parameters.
+        path : str or os.PathLike
+            A local path (its folder is created) or an object-store URL.
+        storage_options : Mapping, optional
+            The fsspec options of a URL, as for :func:`lazystore.save`.
+
+        Raises
+        ------
+        InvalidInputError
+            An entry lazystore cannot save (the message names it).
+        """
         path = os.fspath(path)
         if "://" not in path:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -40,12 +67,38 @@ class LazyStoreCheckpointIO(CheckpointIO):
             self._pending = (path, future)
 
     def load_checkpoint(self, path, map_location=None, weights_only: bool | None = None) -> dict:
-        """Load a checkpoint: a lazystore file, or a torch file Lightning
-        wrote (told by content), read without unpickling whatever
-        ``weights_only`` says. ``map_location``: for a lazystore file None,
-        a device string or a ``torch.device`` (a function or a dict, torch.load's
-        other forms, loads onto the CPU, and Lightning moves the state where
-        it belongs); for a torch file, any of torch.load's forms (None: the CPU)."""
+        """Load a checkpoint: a lazystore file, or a torch file Lightning wrote.
+
+        The kind is told by content; either is read without unpickling,
+        whatever ``weights_only`` says. A background save in flight is
+        waited for first.
+
+        Parameters
+        ----------
+        path : str or os.PathLike or file object
+            The checkpoint (a file object is read as ``ls.load`` reads one).
+        map_location : str or torch.device or callable or dict, optional
+            For a lazystore file None, a device string or a ``torch.device``
+            (a function or a dict, torch.load's other forms, loads onto the
+            CPU, and Lightning moves the state where it belongs); for a
+            torch file, any of torch.load's forms (None: the CPU).
+        weights_only : bool, optional
+            Accepted; nothing is ever unpickled.
+
+        Returns
+        -------
+        dict
+            Lightning's checkpoint dict, with its paths and
+            ``argparse.Namespace`` objects rebuilt.
+
+        Raises
+        ------
+        FormatError
+            The file is damaged, or a torch file holds what torch's
+            weights-only unpickler refuses.
+        ChecksumError
+            A tensor fails its checksums.
+        """
         self.wait()
         if not hasattr(path, "read"):  # a file object is read as ls.load reads one
             path = os.fspath(path)
@@ -56,13 +109,32 @@ class LazyStoreCheckpointIO(CheckpointIO):
         return objects.decode(ls.load(path, map_location=map_location), _name(path))
 
     def check(self, state: Mapping) -> None:
-        """Raise what :meth:`save_checkpoint` would raise for ``state`` (an
-        ``InvalidInputError`` naming the entry), writing nothing: it is
-        saved to memory. For the parts of a checkpoint known before
-        training (hyper-parameters, see :mod:`lazystore.lightning.setup_check`)."""
+        """Raise what :meth:`save_checkpoint` would raise for ``state``, writing nothing.
+
+        ``state`` is saved to memory. For the parts of a checkpoint known
+        before training (hyper-parameters, see
+        :mod:`lazystore.lightning.setup_check`).
+
+        Parameters
+        ----------
+        state : Mapping
+            A part of a checkpoint dict.
+
+        Raises
+        ------
+        InvalidInputError
+            An entry lazystore cannot save (the message names it).
+        """
         ls.save(objects.encode(dict(state)), io.BytesIO())
 
     def remove_checkpoint(self, path) -> None:
+        """Remove the checkpoint at ``path``, once a save of it in flight is done.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            A local path or an object-store URL; nothing there is no error.
+        """
         path = os.fspath(path)
         if self._pending is not None and self._pending[0] == path:
             self.wait()  # else the save in flight would bring the file back
@@ -71,12 +143,19 @@ class LazyStoreCheckpointIO(CheckpointIO):
             fs.rm(path, recursive=True)
 
     def wait(self) -> None:
-        """Wait for the background save in flight; raise its error."""
+        """Wait for the background save in flight; raise its error.
+
+        Raises
+        ------
+        Exception
+            Whatever the background save raised, re-raised here.
+        """
         pending, self._pending = self._pending, None
         if pending is not None:
             pending[1].result()
 
     def teardown(self) -> None:
+        """Wait for the background save in flight, as Lightning's teardown asks."""
         self.wait()
 
 
