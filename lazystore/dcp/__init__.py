@@ -34,7 +34,8 @@ at a time (``lazystore convert DCP_FOLDER out.lzy``).
 """
 
 from lazystore.dcp.consolidate import Consolidated, consolidate
-from lazystore.dcp.storage import METADATA_FILE, LazyStorageInfo, LazyStoreReader, LazyStoreWriter, rank_file
+from lazystore.dcp.reader import LazyStoreReader
+from lazystore.dcp.storage import METADATA_FILE, LazyStorageInfo, LazyStoreWriter, rank_file
 
 __all__ = ["METADATA_FILE", "Consolidated", "LazyStorageInfo", "LazyStoreReader", "LazyStoreWriter", "consolidate",
            "rank_file"]

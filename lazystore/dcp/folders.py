@@ -22,8 +22,9 @@ from lazystore._core.naming import naming
 from lazystore._core.torch_arrays import torch_name
 from lazystore.dcp import pickled_metadata
 from lazystore.dcp.metadata import item_key
+from lazystore.dcp.reader import LazyStoreReader, check_rank_file
 from lazystore.dcp.saved import SavedBytes, SavedChunk, SavedTensor, check_shape, check_tiling, tensor_spec
-from lazystore.dcp.storage import METADATA_FILE, LazyStorageInfo, LazyStoreReader, check_rank_file
+from lazystore.dcp.storage import METADATA_FILE, LazyStorageInfo
 from lazystore.dcp.torch_chunks import TorchChunk
 from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
 from lazystore.interop.detect import open_view

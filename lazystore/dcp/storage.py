@@ -1,5 +1,6 @@
-"""LazyStoreWriter and LazyStoreReader: DCP's StorageWriter and StorageReader
-over lazystore files (the layout is described in :mod:`lazystore.dcp`)."""
+"""LazyStoreWriter: DCP's StorageWriter over lazystore files (the layout is
+described in :mod:`lazystore.dcp`), and where a checkpoint's files are, which
+:mod:`lazystore.dcp.reader` reads too."""
 
 from __future__ import annotations
 
@@ -8,39 +9,26 @@ import io
 import os
 import re
 import uuid
-from collections.abc import Mapping
 
 import numpy as np
 import torch
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-from torch.distributed.checkpoint.planner import (
-    LoadItemType,
-    LoadPlan,
-    LoadPlanner,
-    SavePlan,
-    SavePlanner,
-    WriteItemType,
-)
-from torch.distributed.checkpoint.storage import (
-    StorageReader,
-    StorageWriter,
-    WriteResult,
-)
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
+from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.futures import Future
 
 from lazystore._core import torch_arrays as torch_adapter
-from lazystore.api import open as ls_open
 from lazystore.codecs import codec_for
 from lazystore.dcp import metadata as metadata_json
 from lazystore.dcp.metadata import DCP_KEY, LazyStorageInfo, item_key
-from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
+from lazystore.errors import InvalidInputError
 from lazystore.sources import local_path
 from lazystore.sources.fsspec import url_to_fs
 from lazystore.writing.writer import Writer
 
 METADATA_FILE = "metadata.lzy"
 _RANK_FILE = re.compile(r"rank-\d{5,}\.lzy")
-__all__ = ["METADATA_FILE", "LazyStorageInfo", "LazyStoreReader", "LazyStoreWriter", "rank_file"]
+__all__ = ["METADATA_FILE", "LazyStorageInfo", "LazyStoreWriter", "rank_file"]
 
 
 def rank_file(rank: int) -> str:
@@ -48,33 +36,14 @@ def rank_file(rank: int) -> str:
     return f"rank-{rank:05d}.lzy"
 
 
-def check_rank_file(ck, path, rel: str, save_id: str | None) -> None:
-    """Refuse a file that is not the rank file ``rel`` of the save ``save_id``
-    (one left by another save, or copied in from one)."""
-    tag = ck.system_metadata.get(DCP_KEY)
-    if not isinstance(tag, dict) or tag.get("file") != rel:
-        raise FormatError(f"{path} is not a rank file of a lazystore DCP checkpoint")
-    if isinstance(save_id, str) and tag.get("save_id") != save_id:
-        raise FormatError(f"{path} belongs to another save ({tag.get('save_id')!r}, "
-                          f"the metadata names {save_id!r}): the checkpoint is mixed")
-
-
-def _torch_checkpoint_hint(path) -> str:
-    """What to do instead when ``path`` holds torch's own DCP checkpoint."""
-    local = local_path(path)
-    if local is None or not os.path.isfile(os.path.join(local, ".metadata")):
-        return ""
-    return ("; it holds a checkpoint of torch's FileSystemWriter (.metadata): load it with torch's reader "
-            "(dcp.load(state_dict, checkpoint_id=path)), or make one lazystore file of it with "
-            "lazystore.dcp.consolidate(path, 'model.lzy')")
-
-
-def _metadata_file(rank: int | None) -> str:
+def metadata_file(rank: int | None) -> str:
+    """The name of the metadata file: ``rank``'s own, or (None) the checkpoint's."""
     # use_collectives=False: each rank records its own metadata.
     return METADATA_FILE if rank is None else f"metadata-rank-{rank:05d}.lzy"
 
 
-def _join(base, name: str):
+def join_path(base, name: str):
+    """The path (or URL) of the file ``name`` in the checkpoint folder ``base``."""
     local = local_path(base)
     if local is not None:
         return os.path.join(local, name)
@@ -112,17 +81,12 @@ def _list(base, storage_options) -> list[str]:
     return [p.rstrip("/").rpartition("/")[2] for p in fs.ls(base, detail=False)]
 
 
-def _listed(names: list[str], most: int = 5) -> str:
-    """A few names for a message, and how many more."""
-    shown = ", ".join(repr(n) for n in names[:most])
-    return shown if len(names) <= most else f"{shown} and {len(names) - most} more"
-
-
 def _checkpoint_id(path) -> str:
     return path if isinstance(path, str) else os.fspath(path)
 
 
-def _valid_id(checkpoint_id) -> bool:
+def valid_checkpoint_id(checkpoint_id) -> bool:
+    """Is ``checkpoint_id`` a folder or URL prefix a checkpoint can be at (a non-empty path)?"""
     return isinstance(checkpoint_id, (str, os.PathLike)) and bool(os.fspath(checkpoint_id))
 
 
@@ -179,7 +143,7 @@ class LazyStoreWriter(StorageWriter):
         if local is not None:
             os.makedirs(local, exist_ok=True)
         if self.rank is not None and not self.use_collectives:
-            self._check_existing(_metadata_file(self.rank))
+            self._check_existing(metadata_file(self.rank))
             plan = dataclasses.replace(plan, storage_data=_RankPlan(rank_file(self.rank), self.save_id))
         return plan
 
@@ -200,7 +164,7 @@ class LazyStoreWriter(StorageWriter):
                    "storage_options": self.storage_options or None}
         if self.chunk_bytes is not None:
             options["chunk_bytes"] = self.chunk_bytes
-        with Writer(_join(self.path, rank_plan.file), **options) as w:
+        with Writer(join_path(self.path, rank_plan.file), **options) as w:
             w.system_metadata[DCP_KEY] = {"save_id": rank_plan.save_id, "file": rank_plan.file}
             # Bytes items first, then tensors largest first, as FileSystemWriter orders them.
             for item in plan.items:
@@ -235,15 +199,15 @@ class LazyStoreWriter(StorageWriter):
 
             metadata.version = CURRENT_DCP_VERSION
         doc = metadata_json.encode(metadata, self.save_id)
-        name = _metadata_file(self.rank if not self.use_collectives and self.rank is not None else None)
-        with Writer(_join(self.path, name), storage_options=self.storage_options or None) as w:
+        name = metadata_file(self.rank if not self.use_collectives and self.rank is not None else None)
+        with Writer(join_path(self.path, name), storage_options=self.storage_options or None) as w:
             w.system_metadata[DCP_KEY] = doc
         if name == METADATA_FILE:
             self._remove_unnamed_rank_files({info.relative_path for info in storage.values()})
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id) -> bool:
-        return _valid_id(checkpoint_id)
+        return valid_checkpoint_id(checkpoint_id)
 
     # -- internals --------------------------------------------------------------
 
@@ -254,157 +218,11 @@ class LazyStoreWriter(StorageWriter):
         save leaves them.)"""
         for name in _list(self.path, self.storage_options):
             if _RANK_FILE.fullmatch(name) and name not in named:
-                _remove(_join(self.path, name), self.storage_options)
+                _remove(join_path(self.path, name), self.storage_options)
 
     def _check_existing(self, name: str) -> None:
-        path = _join(self.path, name)
+        path = join_path(self.path, name)
         if _exists(path, self.storage_options):
             if not self.overwrite:
                 raise InvalidInputError(f"a checkpoint already exists at {self.path} and overwrite=False")
             _remove(path, self.storage_options)
-
-
-class LazyStoreReader(StorageReader):
-    """Load DCP checkpoints written by :class:`LazyStoreWriter`, reading only
-    the bytes each rank needs. Every tensor is checked against its checksums
-    as it is read, as :func:`lazystore.load` checks (``verify=False`` skips
-    the check of raw tensors of local files; compressed chunks and remote
-    bytes are always checked).
-
-    DCP's load planners deserialise a non-tensor ("bytes") item with
-    ``torch.load(weights_only=False)``, which runs whatever code the bytes
-    carry, and the checkpoint, not the caller, says which items are bytes.
-    So the reader refuses every bytes item unless ``allow_pickle=True``
-    (for checkpoints you trust), and refuses one whose destination in the
-    state dict is a tensor whatever ``allow_pickle`` says (see
-    :meth:`_check_bytes_items`)."""
-
-    def __init__(self, path, *, storage_options=None, verify: bool = True, allow_pickle: bool = False):
-        super().__init__()
-        self.path = path
-        self.storage_options = dict(storage_options or {})
-        self.verify = verify
-        self.allow_pickle = bool(allow_pickle)
-        self.storage_data: dict = {}
-        self.save_id: str | None = None
-        self.load_id = uuid.uuid4().hex
-        self.rank = None
-
-    def reset(self, checkpoint_id=None) -> None:
-        self.storage_data = {}
-        if checkpoint_id:
-            self.path = checkpoint_id
-        self.load_id = uuid.uuid4().hex
-
-    def read_metadata(self, *args, **kwargs) -> Metadata:
-        path = _join(self.path, _metadata_file(kwargs.get("rank")))
-        try:
-            ck = ls_open(path, storage_options=self.storage_options or None)
-        except FileNotFoundError:
-            raise CheckpointNotFoundError(f"no lazystore DCP checkpoint at {self.path} ({path} is missing)"
-                                          f"{_torch_checkpoint_hint(self.path)}") from None
-        with ck:
-            doc = ck.system_metadata.get(DCP_KEY)
-        if doc is None:
-            raise FormatError(f"{path} holds no DCP metadata")
-        metadata, self.save_id = metadata_json.decode(doc)
-        if metadata.storage_meta is None:
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
-        return metadata
-
-    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args, **kwargs) -> None:
-        if metadata.storage_data is None:
-            raise FormatError("DCP metadata has no storage data")
-        self.storage_data = metadata.storage_data
-        self.rank = kwargs.get("rank")
-
-    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
-        return plan
-
-    def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
-        return plans
-
-    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
-        self._check_bytes_items(plan, planner)  # before any file is opened or any target written
-        per_file: dict[str, list] = {}
-        for req in plan.items:
-            info = self.storage_data.get(req.storage_index)
-            if not isinstance(info, LazyStorageInfo):
-                raise FormatError(f"no lazystore storage entry for {item_key(req.storage_index)!r}")
-            per_file.setdefault(info.relative_path, []).append((req, info.key))
-        for rel, reqs in per_file.items():
-            path = _join(self.path, rel)
-            with ls_open(path, verify=self.verify, storage_options=self.storage_options or None) as ck:
-                check_rank_file(ck, path, rel, self.save_id)
-                for req, key in reqs:
-                    self._read_one(ck, req, key, planner, path)
-        fut: Future = Future()
-        fut.set_result(None)
-        return fut
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
-        return _valid_id(checkpoint_id)
-
-    # -- internals --------------------------------------------------------------
-
-    def _check_bytes_items(self, plan: LoadPlan, planner: LoadPlanner) -> None:
-        """Refuse the plan's bytes items before the planner can unpickle one.
-
-        Every route by which DCP deserialises stored bytes (``load_bytes``
-        of DefaultLoadPlanner and its subclasses, _EmptyStateDictLoadPlanner
-        included) gets them from ``read_data``, so this check covers them
-        all. A bytes item whose destination the planner's state dict holds
-        as a tensor is a checkpoint lying about its type: a FormatError,
-        whatever ``allow_pickle`` says. (A planner without a ``state_dict``
-        mapping has no destination to look at; ``allow_pickle`` alone then
-        decides.)"""
-        names = [req.dest_index.fqn for req in plan.items if req.type == LoadItemType.BYTE_IO]
-        if not names:
-            return
-        state = getattr(planner, "state_dict", None)
-        if isinstance(state, Mapping):
-            tensors = [n for n in names if isinstance(state.get(n), torch.Tensor)]
-            if tensors:
-                raise FormatError(
-                    f"the DCP checkpoint at {self.path} marks {_listed(tensors)} as pickled (bytes) "
-                    "items, but the state dict holds tensors there: refused, never unpickled "
-                    "(the checkpoint was tampered with or does not match the state dict)")
-        if not self.allow_pickle:
-            raise InvalidInputError(
-                f"the DCP checkpoint at {self.path} holds non-tensor items {_listed(names)}, which DCP's "
-                "load planner unpickles (torch.load(weights_only=False)) and a tampered checkpoint can "
-                "make run any code. Load them only from a checkpoint you trust, with "
-                "LazyStoreReader(path, allow_pickle=True), or leave those keys out of the state dict "
-                "you load")
-
-    def _read_one(self, ck, req, key: str, planner: LoadPlanner, path) -> None:
-        """Serve one read item; bytes items have passed :meth:`_check_bytes_items`."""
-        if key not in ck:
-            raise FormatError(f"{path} has no item {key!r} named by the DCP metadata")
-        if req.type == LoadItemType.BYTE_IO:
-            arr = ck[key]
-            if arr.dtype != np.uint8 or arr.ndim != 1:
-                raise FormatError(f"bytes item {key!r} of {path} is not a 1-d uint8 tensor")
-            # DCP's planner deserialises these bytes (torch.load), allowed by the caller.
-            planner.load_bytes(req, io.BytesIO(arr.tobytes()))
-            return
-        sl = ck.get_slice(key)
-        offsets, lengths = list(req.storage_offsets), list(req.lengths)
-        if len(offsets) != sl.ndim or any(o + n > s for o, n, s in zip(offsets, lengths, sl.shape)):
-            raise FormatError(f"{key!r} of {path} has shape {sl.shape}; the plan reads {offsets}+{lengths}")
-        part = sl[tuple(slice(o, o + n) for o, n in zip(offsets, lengths))]
-        target = planner.resolve_tensor(req).detach()
-        if list(target.shape) != lengths:
-            raise InvalidInputError(f"{key!r}: the planner's target has shape {list(target.shape)}, "
-                                    f"the plan reads {lengths}")
-        stored = torch_adapter.torch_dtype_of(part.dtype)
-        if stored is None:
-            raise FormatError(f"{key!r} of {path} has dtype {part.dtype}, which torch cannot hold")
-        if target.device.type == "cpu" and target.dtype == stored:
-            # Straight from the map (or the decoded chunks) into the target: one copy.
-            np.copyto(torch_adapter.to_numpy(target), part)
-        else:  # another device or dtype: copy_ moves and casts, as FileSystemReader's does
-            target.copy_(torch_adapter.from_numpy(np.array(part), {}))
-        planner.commit_tensor(req, target)
