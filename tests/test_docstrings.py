@@ -50,6 +50,7 @@ COVERED: dict[str, tuple[str, ...] | None] = {
     "lazystore.views.sharded": None,
     "lazystore.hf": None,
     "lazystore.lightning": None,
+    "lazystore.dcp": None,
 }
 
 SECTIONS = ("Parameters", "Returns", "Yields", "Receives", "Other Parameters", "Raises", "Warns", "Warnings",

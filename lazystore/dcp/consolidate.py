@@ -40,9 +40,21 @@ _JSON_DEPTH = 32
 
 @dataclass(frozen=True)
 class Consolidated:
-    """What :func:`consolidate` wrote: ``tensors`` tensors of ``nbytes`` bytes in
-    all, the non-tensor ``items`` kept in the file's metadata (fqn -> value),
-    and those ``skipped`` (fqn -> why)."""
+    """What :func:`consolidate` wrote.
+
+    Attributes
+    ----------
+    path : str
+        The file written.
+    tensors : int
+        The tensors it holds.
+    nbytes : int
+        Their bytes in all.
+    items : dict
+        The non-tensor items kept in the file's metadata (fqn -> value).
+    skipped : dict
+        The non-tensor items left out (fqn -> why).
+    """
 
     path: str
     tensors: int
@@ -53,34 +65,63 @@ class Consolidated:
 
 def consolidate(folder, out_path, *, compression=None, compression_level: int | None = None,
                 keys: str | None = None, non_tensors: str = "metadata", verify: bool = True) -> Consolidated:
-    """Write the DCP checkpoint in the local ``folder`` (saved by
+    """Write a DCP checkpoint as one lazystore file, for inference.
+
+    The checkpoint in the local ``folder`` (saved by
     :class:`lazystore.dcp.LazyStoreWriter` or torch's ``FileSystemWriter``)
-    as one lazystore file at ``out_path``: each tensor whole, under its DCP
-    name (``"model.layers.0.weight"``: the state dict's keys joined with
-    dots), marked as torch tensors, so ``lazystore.torch.load_file(out_path)``
+    is written at ``out_path``: each tensor whole, under its DCP name
+    (``"model.layers.0.weight"``: the state dict's keys joined with dots),
+    marked as torch tensors, so ``lazystore.torch.load_file(out_path)``
     gives the flat state dict and ``ls.open`` reads any part of it lazily.
+    Bad input raises lazystore's errors naming the file, and nothing is
+    written then.
 
-    - ``compression`` (None or ``"zstd"``) and ``compression_level``: as for
-      :class:`lazystore.Writer`.
-    - ``keys``: a glob (``"model.*"``) keeping only the matching names, e.g.
-      the model without its optimizer state.
-    - ``non_tensors``: what becomes of the checkpoint's non-tensor items
-      (DCP ``torch.save``\\ s them into bytes). ``"metadata"`` (default)
-      reads each with ``torch.load(weights_only=True)`` semantics only and
-      keeps plain values (None, bool, int, float, str, and lists and dicts
-      of them) in the file's metadata under ``"dcp_items"``; any other
-      (refused by torch's weights-only unpickler, holding tensors or objects,
-      larger than 16 MiB) is skipped and named in the result's ``skipped``.
-      ``"skip"`` reads none of them.
-    - ``verify``: check raw tensors of lazystore rank files against their
-      checksums as they are read (compressed chunks, and the CRC-32s of
-      torch's files, are always checked).
+    Parameters
+    ----------
+    folder : str or os.PathLike
+        The DCP checkpoint's local folder.
+    out_path : str or os.PathLike
+        The lazystore file to write.
+    compression : {None, "zstd"}, optional
+        As for :class:`lazystore.Writer`.
+    compression_level : int, optional
+        As for :class:`lazystore.Writer`.
+    keys : str, optional
+        A glob (``"model.*"``) keeping only the matching names, e.g. the
+        model without its optimizer state.
+    non_tensors : {"metadata", "skip"}, optional
+        What becomes of the checkpoint's non-tensor items (DCP
+        ``torch.save``\\ s them into bytes). ``"metadata"`` (default)
+        reads each with ``torch.load(weights_only=True)`` semantics only and
+        keeps plain values (None, bool, int, float, str, and lists and dicts
+        of them) in the file's metadata under ``"dcp_items"``; any other
+        (refused by torch's weights-only unpickler, holding tensors or
+        objects, larger than 16 MiB) is skipped and named in the result's
+        ``skipped``. ``"skip"`` reads none of them.
+    verify : bool, optional
+        Check raw tensors of lazystore rank files against their checksums as
+        they are read (compressed chunks, and the CRC-32s of torch's files,
+        are always checked).
 
-    Bad input raises lazystore's errors naming the file: CheckpointNotFoundError
-    (no folder), FormatError (not a DCP folder, a missing rank file or item,
-    metadata that contradicts itself or its files, a pickle that names
-    anything but DCP's metadata classes), ChecksumError (damaged bytes).
-    Nothing is written then.
+    Returns
+    -------
+    Consolidated
+        What was written, and which non-tensor items were kept or skipped.
+
+    Raises
+    ------
+    InvalidInputError
+        ``non_tensors`` is neither ``"metadata"`` nor ``"skip"``.
+    CheckpointNotFoundError
+        There is no ``folder``.
+    FormatError
+        Not a DCP folder, a missing rank file or item, metadata that
+        contradicts itself or its files, a pickle that names anything but
+        DCP's metadata classes.
+    ChecksumError
+        Damaged bytes.
+    TensorNotFoundError
+        ``keys`` matches no name.
     """
     if non_tensors not in _NON_TENSORS:
         raise InvalidInputError(f"non_tensors must be one of {_NON_TENSORS}, got {non_tensors!r}")

@@ -55,8 +55,15 @@ _MEMORY_FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch
 
 @dataclass(frozen=True)
 class LazyStorageInfo:
-    """Where one saved item lives: tensor ``key`` of the lazystore file ``relative_path``
-    (relative to the checkpoint folder). The storage_data of a lazystore DCP checkpoint."""
+    """Where one saved item lives: the storage_data of a lazystore DCP checkpoint.
+
+    Attributes
+    ----------
+    relative_path : str
+        The lazystore file holding the item, relative to the checkpoint folder.
+    key : str
+        The item's tensor name in that file.
+    """
 
     relative_path: str
     key: str

@@ -54,11 +54,10 @@ def _listed(names: list[str], most: int = 5) -> str:
 
 
 class LazyStoreReader(StorageReader):
-    """Load DCP checkpoints written by :class:`LazyStoreWriter`, reading only
-    the bytes each rank needs. Every tensor is checked against its checksums
-    as it is read, as :func:`lazystore.load` checks (``verify=False`` skips
-    the check of raw tensors of local files; compressed chunks and remote
-    bytes are always checked).
+    """Load DCP checkpoints written by :class:`LazyStoreWriter`, reading only the bytes each rank needs.
+
+    Every tensor is checked against its checksums as it is read, as
+    :func:`lazystore.load` checks.
 
     DCP's load planners deserialise a non-tensor ("bytes") item with
     ``torch.load(weights_only=False)``, which runs whatever code the bytes
@@ -66,7 +65,21 @@ class LazyStoreReader(StorageReader):
     So the reader refuses every bytes item unless ``allow_pickle=True``
     (for checkpoints you trust), and refuses one whose destination in the
     state dict is a tensor whatever ``allow_pickle`` says (see
-    :meth:`_check_bytes_items`)."""
+    :meth:`_check_bytes_items`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The checkpoint's folder or fsspec URL prefix.
+    storage_options : dict, optional
+        The fsspec options of a URL.
+    verify : bool, optional
+        False skips the check of raw tensors of local files; compressed
+        chunks and remote bytes are always checked.
+    allow_pickle : bool, optional
+        Hand bytes items to DCP's planner, which unpickles them: only for
+        checkpoints you trust.
+    """
 
     def __init__(self, path, *, storage_options=None, verify: bool = True, allow_pickle: bool = False):
         super().__init__()
@@ -80,12 +93,42 @@ class LazyStoreReader(StorageReader):
         self.rank = None
 
     def reset(self, checkpoint_id=None) -> None:
+        """Start a new load, with a new load id.
+
+        Parameters
+        ----------
+        checkpoint_id : str or os.PathLike, optional
+            The checkpoint to read from now on; None keeps ``path``.
+        """
         self.storage_data = {}
         if checkpoint_id:
             self.path = checkpoint_id
         self.load_id = uuid.uuid4().hex
 
     def read_metadata(self, *args, **kwargs) -> Metadata:
+        """DCP's metadata of the checkpoint, from ``metadata.lzy``.
+
+        Parameters
+        ----------
+        *args
+            Ignored.
+        **kwargs
+            ``rank``: read that rank's own metadata file (a save without
+            collectives).
+
+        Returns
+        -------
+        torch.distributed.checkpoint.metadata.Metadata
+            The metadata, with this load's id.
+
+        Raises
+        ------
+        CheckpointNotFoundError
+            No metadata file: no complete lazystore checkpoint there (the
+            message says so when the folder holds torch's own).
+        FormatError
+            The file holds no DCP metadata, or metadata that is malformed.
+        """
         path = join_path(self.path, metadata_file(kwargs.get("rank")))
         try:
             ck = ls_open(path, storage_options=self.storage_options or None)
@@ -103,18 +146,89 @@ class LazyStoreReader(StorageReader):
         return metadata
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args, **kwargs) -> None:
+        """Take the storage data of :meth:`read_metadata`'s result.
+
+        Parameters
+        ----------
+        metadata : torch.distributed.checkpoint.metadata.Metadata
+            What :meth:`read_metadata` returned.
+        is_coordinator : bool
+            Ignored: every rank reads alike.
+        *args
+            Ignored.
+        **kwargs
+            ``rank``, as DCP passes it.
+
+        Raises
+        ------
+        FormatError
+            The metadata has no storage data.
+        """
         if metadata.storage_data is None:
             raise FormatError("DCP metadata has no storage data")
         self.storage_data = metadata.storage_data
         self.rank = kwargs.get("rank")
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        """This rank's load plan, unchanged: a lazystore file needs no planning.
+
+        Parameters
+        ----------
+        plan : torch.distributed.checkpoint.planner.LoadPlan
+            This rank's plan.
+
+        Returns
+        -------
+        torch.distributed.checkpoint.planner.LoadPlan
+            ``plan``.
+        """
         return plan
 
     def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
+        """The ranks' load plans, unchanged.
+
+        Parameters
+        ----------
+        plans : list of torch.distributed.checkpoint.planner.LoadPlan
+            Every rank's plan.
+
+        Returns
+        -------
+        list of torch.distributed.checkpoint.planner.LoadPlan
+            ``plans``.
+        """
         return plans
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        """Read the plan's items, opening each rank file once and reading only what each item asks for.
+
+        Bytes items are refused first (see the class), before any file is
+        opened or any target written.
+
+        Parameters
+        ----------
+        plan : torch.distributed.checkpoint.planner.LoadPlan
+            This rank's plan.
+        planner : torch.distributed.checkpoint.planner.LoadPlanner
+            What receives each tensor and bytes item.
+
+        Returns
+        -------
+        torch.futures.Future
+            Done, holding None.
+
+        Raises
+        ------
+        InvalidInputError
+            The plan has bytes items and ``allow_pickle`` is False, or a
+            target's shape is not what the plan reads.
+        FormatError
+            A bytes item whose destination is a tensor, a rank file of
+            another save, or an item its file lacks or holds in another
+            shape or dtype.
+        ChecksumError
+            Stored bytes fail their checksums.
+        """
         self._check_bytes_items(plan, planner)  # before any file is opened or any target written
         per_file: dict[str, list] = {}
         for req in plan.items:
@@ -134,6 +248,18 @@ class LazyStoreReader(StorageReader):
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+        """Whether DCP's ``checkpoint_id`` can name a checkpoint to read.
+
+        Parameters
+        ----------
+        checkpoint_id : object
+            The folder or URL prefix DCP was given.
+
+        Returns
+        -------
+        bool
+            True for a non-empty str or path.
+        """
         return valid_checkpoint_id(checkpoint_id)
 
     # -- internals --------------------------------------------------------------

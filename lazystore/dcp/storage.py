@@ -32,7 +32,18 @@ __all__ = ["METADATA_FILE", "LazyStorageInfo", "LazyStoreWriter", "rank_file"]
 
 
 def rank_file(rank: int) -> str:
-    """The file name of one rank's items."""
+    """The file name of one rank's items.
+
+    Parameters
+    ----------
+    rank : int
+        The rank.
+
+    Returns
+    -------
+    str
+        ``rank-00000.lzy`` for rank 0, and so on.
+    """
     return f"rank-{rank:05d}.lzy"
 
 
@@ -101,11 +112,29 @@ class _RankPlan:
 class LazyStoreWriter(StorageWriter):
     """Save DCP checkpoints as lazystore files.
 
-    ``path`` is a folder (created if missing) or an fsspec URL prefix
-    (``s3://bucket/ckpt``, with ``storage_options``). ``compression``
-    (None or ``"zstd"``), ``compression_level`` and ``chunk_bytes`` are
-    :class:`lazystore.Writer`'s, applied to every rank file. ``overwrite=False``
-    refuses a folder that already holds a checkpoint.
+    DCP calls the methods below, in its order, on every rank; each rank
+    streams its items into its own file, and the coordinator writes
+    ``metadata.lzy`` last.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A folder (created if missing) or an fsspec URL prefix
+        (``s3://bucket/ckpt``, with ``storage_options``).
+    compression : {None, "zstd"}, optional
+        :class:`lazystore.Writer`'s, applied to every rank file.
+    compression_level, chunk_bytes : int, optional
+        :class:`lazystore.Writer`'s, applied to every rank file.
+    storage_options : dict, optional
+        The fsspec options of a URL.
+    overwrite : bool, optional
+        False refuses a folder that already holds a checkpoint.
+
+    Raises
+    ------
+    InvalidInputError
+        An unknown ``compression`` or a bad ``compression_level``, refused
+        here rather than on every rank after planning.
     """
 
     def __init__(self, path, *, compression=None, compression_level: int | None = None,
@@ -126,19 +155,63 @@ class LazyStoreWriter(StorageWriter):
     # -- protocol ------------------------------------------------------------------
 
     def reset(self, checkpoint_id=None) -> None:
+        """Start a new save, with a new save id.
+
+        Parameters
+        ----------
+        checkpoint_id : str or os.PathLike, optional
+            The folder or URL prefix to write to from now on; None keeps
+            ``path``.
+        """
         if checkpoint_id:
             self.path = checkpoint_id
         self.save_id = uuid.uuid4().hex
 
     def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
+        """Record this rank's part in the save.
+
+        Parameters
+        ----------
+        is_coordinator : bool
+            Whether this rank writes the checkpoint's metadata.
+        *args
+            Ignored.
+        **kwargs
+            ``rank`` and ``use_collectives``, as DCP passes them.
+        """
         self.is_coordinator = is_coordinator
         self.rank = kwargs.get("rank")
         self.use_collectives = kwargs.get("use_collectives", True)
 
     def storage_meta(self) -> StorageMeta | None:
+        """The checkpoint id and save id DCP records in the metadata.
+
+        Returns
+        -------
+        torch.distributed.checkpoint.metadata.StorageMeta
+            ``path`` and this save's id.
+        """
         return StorageMeta(checkpoint_id=_checkpoint_id(self.path), save_id=self.save_id)
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        """Create a local folder; without collectives, give this rank its file.
+
+        Parameters
+        ----------
+        plan : torch.distributed.checkpoint.planner.SavePlan
+            This rank's plan.
+
+        Returns
+        -------
+        torch.distributed.checkpoint.planner.SavePlan
+            The plan, naming this rank's file where no coordinator will.
+
+        Raises
+        ------
+        InvalidInputError
+            Without collectives, ``overwrite=False`` and this rank's metadata
+            file already exists.
+        """
         local = local_path(self.path)
         if local is not None:
             os.makedirs(local, exist_ok=True)
@@ -148,6 +221,23 @@ class LazyStoreWriter(StorageWriter):
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        """Give each rank its file and the shared save id (on the coordinator).
+
+        Parameters
+        ----------
+        plans : list of torch.distributed.checkpoint.planner.SavePlan
+            The ranks' plans, in rank order.
+
+        Returns
+        -------
+        list of torch.distributed.checkpoint.planner.SavePlan
+            The plans, each naming its rank's file.
+
+        Raises
+        ------
+        InvalidInputError
+            ``overwrite=False`` and the folder already holds a checkpoint.
+        """
         # The coordinator, before any rank writes: drop an older checkpoint's
         # metadata so a save that dies half-way leaves no checkpoint that
         # looks complete, then give each rank its file and the shared save id.
@@ -157,6 +247,23 @@ class LazyStoreWriter(StorageWriter):
                 for i, plan in enumerate(plans)]
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        """Write this rank's items into its lazystore file, one tensor per item.
+
+        Bytes items are stored as uint8 tensors; tensors are copied to the
+        CPU first where they are elsewhere.
+
+        Parameters
+        ----------
+        plan : torch.distributed.checkpoint.planner.SavePlan
+            This rank's plan, as :meth:`prepare_global_plan` returned it.
+        planner : torch.distributed.checkpoint.planner.SavePlanner
+            What resolves each item to its data.
+
+        Returns
+        -------
+        torch.futures.Future of list of WriteResult
+            Done: where each item was written.
+        """
         rank_plan: _RankPlan = plan.storage_data
         self.save_id = rank_plan.save_id
         results = []
@@ -189,6 +296,23 @@ class LazyStoreWriter(StorageWriter):
         return fut
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        """Write the checkpoint's metadata, which marks it complete.
+
+        Rank files an earlier save with more ranks left behind are removed
+        afterwards.
+
+        Parameters
+        ----------
+        metadata : torch.distributed.checkpoint.metadata.Metadata
+            DCP's metadata of the save.
+        results : list of list of WriteResult
+            Every rank's :meth:`write_data` results.
+
+        Raises
+        ------
+        InvalidInputError
+            A part of the metadata has no safe JSON form.
+        """
         storage = {}
         for wr_list in results:
             storage.update({wr.index: wr.storage_data for wr in wr_list})
@@ -207,6 +331,18 @@ class LazyStoreWriter(StorageWriter):
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+        """Whether ``checkpoint_id`` can name a checkpoint here.
+
+        Parameters
+        ----------
+        checkpoint_id : object
+            What DCP was given as ``checkpoint_id``.
+
+        Returns
+        -------
+        bool
+            True for a non-empty str or path.
+        """
         return valid_checkpoint_id(checkpoint_id)
 
     # -- internals --------------------------------------------------------------
