@@ -51,6 +51,8 @@ COVERED: dict[str, tuple[str, ...] | None] = {
     "lazystore.hf": None,
     "lazystore.lightning": None,
     "lazystore.dcp": None,
+    "lazystore.testing.faults": None,
+    "lazystore.testing.strategies": None,
 }
 
 SECTIONS = ("Parameters", "Returns", "Yields", "Receives", "Other Parameters", "Raises", "Warns", "Warnings",

@@ -30,6 +30,8 @@ import threading
 
 from lazystore.sinks.base import byte_view, split_views
 
+__all__ = ["CALLS", "WRITES", "InjectedFault", "SyscallFaults"]
+
 CALLS = ("write", "writev", "pwrite", "fsync", "fdatasync", "replace", "rename")
 # The calls that write bytes: ``short_writes`` cuts their data (their second argument).
 WRITES = ("write", "writev", "pwrite")
@@ -40,8 +42,30 @@ class InjectedFault(OSError):
 
 
 class SyscallFaults:
-    """Count the I/O calls made inside the ``with`` block; fail the
-    ``fail_at``-th (1-based, counting only ``calls``) with ``errno``."""
+    """Count the I/O calls made inside the ``with`` block, and fail one of them.
+
+    After the block, ``count`` is the number of calls counted, ``log``
+    their names in order, and ``failed`` the ``(k, call)`` of the injected
+    failure (None if none).
+
+    Parameters
+    ----------
+    fail_at : int, optional
+        Fail the ``fail_at``-th call (1-based, counting only ``calls``) with
+        an :class:`InjectedFault`; None fails none.
+    errno : int, optional
+        The errno of the failure (EIO by default).
+    calls : iterable of str, optional
+        The calls counted, among :data:`CALLS` (all of them by default).
+    short_writes : int, optional
+        Make every ``os.write``, ``os.writev`` and ``os.pwrite`` write at
+        most this many bytes.
+
+    Raises
+    ------
+    ValueError
+        ``calls`` names a call that is not in :data:`CALLS`.
+    """
 
     def __init__(self, fail_at: int | None = None, *, errno: int = errnos.EIO, calls=CALLS,
                  short_writes: int | None = None):

@@ -32,13 +32,35 @@ _MODES = ("bits", "pool", "zeros")
 
 
 def dtypes() -> st.SearchStrategy[np.dtype]:
-    """Every dtype lazystore can store (little-endian, as stored)."""
+    """Every dtype lazystore can store (little-endian, as stored).
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy of numpy.dtype
+        A strategy drawing from ``lazystore.DTYPES``.
+    """
     return st.sampled_from(DTYPE_LIST)
 
 
 @st.composite
 def shapes(draw, *, max_dims: int = 4, max_side: int = 6, max_elements: int | None = None) -> tuple[int, ...]:
-    """Small shapes: 0-d up to ``max_dims`` axes; about one in six has a 0 axis."""
+    """Small shapes: 0-d up to ``max_dims`` axes; about one in six has a 0 axis.
+
+    Parameters
+    ----------
+    max_dims : int, optional
+        The most axes.
+    max_side : int, optional
+        The largest length of an axis.
+    max_elements : int, optional
+        The most elements: the largest axes are halved until the shape is
+        that small.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy of tuple of int
+        The shapes.
+    """
     ndim = draw(st.sampled_from([n for n in (0, 1, 1, 2, 2, 2, 3, 3, 4) if n <= max_dims]))
     # sampled_from is uniform, where integers() favours tiny values.
     dims = [draw(st.sampled_from(range(1, max_side + 1))) for _ in range(ndim)]
@@ -55,10 +77,33 @@ def shapes(draw, *, max_dims: int = 4, max_side: int = 6, max_elements: int | No
 def random_array(dtype, shape, seed: int, mode: str = "bits", special_fraction: float = 0.1) -> np.ndarray:
     """A deterministic array of ``dtype`` and ``shape`` from ``seed``.
 
-    ``mode``: "bits" (every byte random), "pool" (each element one of four
-    random bit patterns: compressible), or "zeros" (all zero bits, with
-    specials). Float dtypes get NaN, +-inf and -0.0 injected in a fraction
-    of the elements; bool arrays hold only 0 and 1.
+    Bool arrays hold only 0 and 1.
+
+    Parameters
+    ----------
+    dtype : numpy.dtype or str
+        The array's dtype.
+    shape : tuple of int
+        The array's shape.
+    seed : int
+        The seed of the random bits: the same seed gives the same array.
+    mode : {"bits", "pool", "zeros"}, optional
+        "bits" (every byte random), "pool" (each element one of four random
+        bit patterns: compressible), or "zeros" (all zero bits, with
+        specials).
+    special_fraction : float, optional
+        The fraction of the elements of a float dtype that get NaN, +-inf
+        and -0.0 injected.
+
+    Returns
+    -------
+    numpy.ndarray
+        The array.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``mode``.
     """
     dtype = np.dtype(dtype)
     shape = tuple(shape)
@@ -98,7 +143,24 @@ def random_array(dtype, shape, seed: int, mode: str = "bits", special_fraction: 
 @st.composite
 def arrays(draw, dtype=None, shape=None, *, modes=_MODES, max_dims: int = 4, max_side: int = 6,
            max_elements: int | None = None) -> np.ndarray:
-    """Arrays of every supported dtype (or ``dtype``) and small shapes (or ``shape``)."""
+    """Arrays of every supported dtype (or ``dtype``) and small shapes (or ``shape``).
+
+    Parameters
+    ----------
+    dtype : numpy.dtype, optional
+        The dtype of every array; by default drawn from :func:`dtypes`.
+    shape : tuple of int or SearchStrategy, optional
+        The shape, or a strategy for it; by default drawn from :func:`shapes`.
+    modes : sequence of str, optional
+        The modes of :func:`random_array` to draw from.
+    max_dims, max_side, max_elements : int, optional
+        As for :func:`shapes`, when ``shape`` is not given.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy of numpy.ndarray
+        The arrays, built by :func:`random_array`.
+    """
     if dtype is None:
         dtype = draw(dtypes())
     if shape is None:
@@ -139,6 +201,20 @@ def basic_indices(draw, shape, *, allow_none: bool = True, allow_ellipsis: bool 
     Leading axes are indexed explicitly, then optionally an Ellipsis and
     items for trailing axes; Nones are sprinkled in. A one-item index is
     sometimes given bare rather than as a 1-tuple.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The shape the index is for.
+    allow_none : bool, optional
+        Sprinkle in Nones (new axes).
+    allow_ellipsis : bool, optional
+        Sometimes use an Ellipsis.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        The indexes: ints, slices, Ellipsis, None, or tuples of them.
     """
     shape = tuple(shape)
     ndim = len(shape)
@@ -161,13 +237,35 @@ def basic_indices(draw, shape, *, allow_none: bool = True, allow_ellipsis: bool 
 
 
 def same_bits(a, b) -> bool:
-    """Same dtype, shape and bytes (so NaNs compare equal to themselves)."""
+    """Same dtype, shape and bytes (so NaNs compare equal to themselves).
+
+    Parameters
+    ----------
+    a, b : array_like
+        The arrays to compare.
+
+    Returns
+    -------
+    bool
+        Whether they are the same bits.
+    """
     a, b = np.asarray(a), np.asarray(b)
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes(order="C") == b.tobytes(order="C")
 
 
 def reaches_mmap(arr) -> bool:
-    """Does the .base chain of ``arr`` end in a memory map (a zero-copy view)?"""
+    """Whether the ``.base`` chain of ``arr`` ends in a memory map (a zero-copy view).
+
+    Parameters
+    ----------
+    arr : numpy.ndarray
+        The array.
+
+    Returns
+    -------
+    bool
+        True when it is a view of a memory map.
+    """
     import mmap
 
     obj = arr
@@ -185,10 +283,25 @@ def reaches_mmap(arr) -> bool:
 
 
 def same_tree(a, b, path: str = "") -> None:
-    """Assert that two nested states are identical: same container and leaf
-    types, same key types and order, and the same bits in every tensor and
-    float (so NaNs and -0.0 count). Torch tensors must also agree in dtype,
-    device, subclass and requires_grad."""
+    """Assert that two nested states are identical.
+
+    That is the same container and leaf types, the same key types and
+    order, and the same bits in every tensor and float (so NaNs and -0.0
+    count). Torch tensors must also agree in dtype, device, subclass and
+    requires_grad.
+
+    Parameters
+    ----------
+    a, b : object
+        The nested states.
+    path : str, optional
+        Where ``a`` and ``b`` sit in the states compared, for the message.
+
+    Raises
+    ------
+    AssertionError
+        They differ; the message says where.
+    """
     import struct
 
     where = path or "the top level"
