@@ -51,7 +51,9 @@ COVERED: dict[str, tuple[str, ...] | None] = {
     "lazystore.hf": None,
     "lazystore.lightning": None,
     "lazystore.dcp": None,
+    "lazystore.testing.fault_plans": None,
     "lazystore.testing.faults": None,
+    "lazystore.testing.rangeserver": None,
     "lazystore.testing.strategies": None,
 }
 

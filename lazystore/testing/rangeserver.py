@@ -42,112 +42,34 @@ import argparse
 import itertools
 import mmap
 import os
-import random
 import re
 import socket
 import stat
 import struct
 import threading
 import urllib.parse
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Self
 
 from lazystore.errors import ClosedError
+from lazystore.testing.fault_plans import FAULTS, Every, Fault, RandomFaults, Request, request_rng
 
-# What a request can get instead of a proper answer. HEAD requests heed only
-# "error", "reset" and "swap"; the others answer a HEAD properly.
-FAULTS = (
-    "cut",  # send the headers (Content-Length: all of it) and half the body, then close the connection
-    "short",  # a well-formed answer of half the bytes asked for
-    "stall",  # send the headers and half the body, then go silent (up to stall_seconds)
-    "whole",  # ignore Range: 200 with the whole object
-    "shifted",  # 206 with another range (one byte further on, or back at the end), its Content-Range honest
-    "error",  # an error status: 503 Service Unavailable unless the Fault says otherwise
-    "reset",  # reset the connection (TCP RST) instead of answering
-    "flip",  # the right answer, but one byte of the body flipped (xor 0xff) in transit
-    "swap",  # the object is replaced by Fault.data, then the request answered from the new bytes
-)
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
 
-@dataclass(frozen=True)
-class Fault:
-    """One request's fault, with its details."""
-
-    kind: str  # one of FAULTS
-    status: int = 503  # "error": the status sent
-    retry_after: int | None = None  # "error": a Retry-After header, in seconds
-    at: int | None = None  # "flip": the body byte flipped (default: drawn from the server's seed)
-    data: bytes | None = None  # "swap": the object's new bytes
-
-    def __post_init__(self) -> None:
-        if self.kind not in FAULTS:
-            raise ValueError(f"unknown fault {self.kind!r}; expected one of {FAULTS}")
-        if self.kind == "swap" and self.data is None:
-            raise ValueError("a swap needs the new bytes (data=...)")
-
-
-@dataclass
-class Request:
-    method: str
-    path: str
-    start: int | None  # the range asked for, [start, stop); None without Range
-    stop: int | None
-    status: int = 0
-    sent: int = 0  # body bytes written
-    fault: str | None = None  # the kind of fault it got
-    attempt: int = 1  # 1 + how many earlier requests asked for the same method, path and range
-    flipped: int | None = None  # "flip": the offset (in the object) of the byte flipped
-
-
-class Every:
-    """A plan: ``fault`` for every ``k``-th request of ``method`` (None: of
-    any method), the k-th, 2k-th, ..., at most ``limit`` times.
-    ``Every(1, f, limit=n)`` faults the first n. Counts in arrival order:
-    deterministic for requests sent one at a time."""
-
-    def __init__(self, k: int, fault: str | Fault, *, limit: int | None = None, method: str | None = "GET"):
-        self.k, self.fault, self.limit, self.method = k, fault, limit, method
-        self.seen = self.hits = 0
-
-    def __call__(self, request: Request) -> str | Fault | None:
-        if self.method is not None and request.method != self.method:
-            return None
-        self.seen += 1
-        if self.seen % self.k or (self.limit is not None and self.hits >= self.limit):
-            return None
-        self.hits += 1
-        return self.fault
-
-
-class RandomFaults:
-    """A seeded plan: a request of ``methods`` gets one of ``kinds`` with
-    probability ``rate``, drawn from the seed and the request's method, path,
-    range and attempt alone (not arrival order), so a seed always gives the
-    same faults."""
-
-    KINDS = ("error", "cut", "short", "whole", "shifted", "reset", "flip")
-
-    def __init__(self, seed: int, rate: float = 0.3, kinds=KINDS, *, methods=("GET",)):
-        self.seed, self.rate, self.kinds, self.methods = seed, rate, tuple(kinds), tuple(methods)
-
-    def __call__(self, request: Request) -> str | None:
-        if request.method not in self.methods:
-            return None
-        rng = _rng(self.seed, request)
-        return rng.choice(self.kinds) if rng.random() < self.rate else None
-
-
 class Folder:
-    """The regular files under ``root``, by their path relative to it, as
-    ``files`` for a RangeServer: ``get(name)`` memory-maps the file (the same
-    map while the file is unchanged, so its ETag stays) or gives None for a
-    name that is missing, not a regular file, or outside ``root``. A file
-    truncated in place while mapped would crash the server (SIGBUS): lazystore
-    itself only ever replaces files whole, by rename. ``folder[name] = data``
-    serves ``data`` at ``name`` from then on (as a "swap" fault does), leaving
-    the disk alone."""
+    """The regular files under ``root``, by their path relative to it, as ``files`` for a RangeServer.
+
+    A file truncated in place while mapped would crash the server (SIGBUS):
+    lazystore itself only ever replaces files whole, by rename.
+    ``folder[name] = data`` serves ``data`` at ``name`` from then on (as a
+    "swap" fault does), leaving the disk alone.
+
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The folder served.
+    """
 
     def __init__(self, root):
         self.root = os.path.realpath(root)
@@ -160,6 +82,20 @@ class Folder:
             self._replaced[name] = data
 
     def get(self, name: str):
+        """The bytes served at ``name``.
+
+        Parameters
+        ----------
+        name : str
+            The path relative to ``root`` (URL-quoted, as requested).
+
+        Returns
+        -------
+        mmap.mmap or bytes-like or None
+            A memory map of the file (the same map while the file is
+            unchanged, so its ETag stays), or None for a name that is
+            missing, not a regular file, or outside ``root``.
+        """
         with self._lock:
             if name in self._replaced:
                 return self._replaced[name]
@@ -186,10 +122,34 @@ class Folder:
 
 
 class RangeServer:
-    """Serve ``files`` (name -> bytes-like, or a :class:`Folder`) on ``host``
-    (127.0.0.1) at ``port`` (any free one); use as a context manager.
-    ``record=False`` keeps no list of requests (and injects no faults), for
-    a server that runs for long."""
+    """Serve ``files`` over HTTP, honouring Range; use as a context manager.
+
+    ``requests`` records every request (a :class:`Request`); ``faults`` is
+    a list of fault kinds (or :class:`Fault`), one taken by each GET, first
+    to last; ``in_flight`` and ``max_in_flight`` count concurrent requests.
+
+    Parameters
+    ----------
+    files : dict or Folder, optional
+        Name -> bytes-like, or a :class:`Folder`.
+    delay : float, optional
+        Seconds every GET waits before answering.
+    stall_seconds : float, optional
+        How long a "stall" fault goes silent.
+    plan : callable, optional
+        Given each :class:`Request` when ``faults`` is empty, it answers a
+        fault kind, a :class:`Fault` or None (:class:`Every`,
+        :class:`RandomFaults`).
+    seed : int, optional
+        Where a flipped byte falls, when its Fault does not say.
+    host : str, optional
+        The address to listen on (127.0.0.1).
+    port : int, optional
+        The port (0: any free one).
+    record : bool, optional
+        False keeps no list of requests (and injects no faults), for a
+        server that runs for long.
+    """
 
     PIECE = 1 << 20  # bodies are written a piece at a time, never copied whole
 
@@ -217,6 +177,13 @@ class RangeServer:
     # -- life cycle ------------------------------------------------------------------
 
     def start(self) -> Self:
+        """Start listening, in a thread of its own.
+
+        Returns
+        -------
+        RangeServer
+            This server.
+        """
         self._server = _Server((self.host, self._port), _Handler)
         self._server.owner = self
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True,
@@ -225,8 +192,11 @@ class RangeServer:
         return self
 
     def stop(self) -> None:
-        """Stop listening and end every open connection: a client's pooled
-        keep-alive connection must not go on being served once stopped."""
+        """Stop listening and end every open connection.
+
+        A client's pooled keep-alive connection must not go on being served
+        once stopped.
+        """
         self._stopping.set()
         if self._server is not None:
             self._server.shutdown()
@@ -246,11 +216,29 @@ class RangeServer:
 
     @property
     def port(self) -> int:
+        """The port the server listens on (raises ClosedError when it is not running)."""
         if self._server is None:
             raise ClosedError("the RangeServer is not running: start() it, or use it in a with block")
         return self._server.server_address[1]
 
     def url(self, name: str) -> str:
+        """The URL of ``name`` on this server.
+
+        Parameters
+        ----------
+        name : str
+            A name of ``files``.
+
+        Returns
+        -------
+        str
+            ``http://127.0.0.1:<port>/<name>``.
+
+        Raises
+        ------
+        ClosedError
+            The server is not running.
+        """
         host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
         return f"http://{host}:{self.port}/{name}"
 
@@ -263,6 +251,7 @@ class RangeServer:
 
     @property
     def gets(self) -> list[Request]:
+        """The GET requests recorded so far."""
         return [r for r in self.requests if r.method == "GET"]
 
     @property
@@ -415,7 +404,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
             return
         if fault is not None and fault.kind == "flip" and len(body):
-            at = fault.at if fault.at is not None else _rng(owner.seed, req).randrange(len(body))
+            at = fault.at if fault.at is not None else request_rng(owner.seed, req).randrange(len(body))
             req.flipped = (start or 0) + at
             flipped = bytearray(body)  # a copy: the object itself stays intact
             flipped[at] ^= 0xFF
@@ -446,12 +435,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
-def _rng(seed: int, request: Request) -> random.Random:
-    """A generator seeded by ``seed`` and the request's method, path, range and
-    attempt: the same request always draws the same numbers."""
-    return random.Random(f"{seed}:{request.method}:{request.path}:{request.start}:{request.stop}:{request.attempt}")
-
-
 def _parse_range(header: str | None, size: int) -> tuple[int | None, int | None]:
     """``Range: bytes=a-b`` (inclusive) as [start, stop); (None, None) if absent."""
     if not header:
@@ -467,7 +450,14 @@ def _parse_range(header: str | None, size: int) -> tuple[int | None, int | None]
 
 
 def main(argv=None) -> None:
-    """``python -m lazystore.testing.rangeserver FOLDER``: serve FOLDER, honouring Range, until Ctrl-C."""
+    """``python -m lazystore.testing.rangeserver FOLDER``: serve FOLDER, honouring Range, until Ctrl-C.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The command line's arguments (``sys.argv[1:]`` by default):
+        ``FOLDER [--port PORT] [--bind ADDRESS]``.
+    """
     parser = argparse.ArgumentParser(prog="python -m lazystore.testing.rangeserver",
                                      description="Serve a folder over HTTP, honouring Range requests.")
     parser.add_argument("folder")
