@@ -48,6 +48,8 @@ COVERED: dict[str, tuple[str, ...] | None] = {
     "lazystore.numpy": None,
     "lazystore.views.base": None,
     "lazystore.views.sharded": None,
+    "lazystore.views.tree": None,
+    "lazystore.views.tree_scalars": None,
     "lazystore.hf": None,
     "lazystore.lightning": None,
     "lazystore.dcp": None,

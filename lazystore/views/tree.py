@@ -12,16 +12,14 @@ its schema is specified in docs/format.md (section 11.7). A flat mapping of
 str names to numpy arrays, or to torch tensors, gets no tree at all: it is
 the file itself (:func:`is_flat`, :func:`is_flat_torch`).
 
-This module never imports torch: torch tensors are recognised, described and
+Scalars are :mod:`lazystore.views.tree_scalars`'s (re-exported here). This
+module never imports torch: torch tensors are recognised, described and
 converted by ``lazystore._core.torch_arrays``, which imports torch only when a
 torch tensor has to be made.
 """
 
 from __future__ import annotations
 
-import math
-import re
-import struct
 import sys
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
@@ -33,6 +31,10 @@ from lazystore._core import torch_arrays as torch_adapter
 from lazystore._core.dtypes import spec_for
 from lazystore.errors import FormatError, InvalidInputError, UnsupportedDtypeError, UnsupportedVersionError
 from lazystore.views.base import ViewBase
+from lazystore.views.tree_scalars import decode_scalar, encode_scalar
+
+__all__ = ["TREE_KEY", "as_array", "build", "decode_scalar", "encode_scalar", "flatten", "has_torch", "is_flat",
+           "is_flat_torch", "looked_through", "parse"]
 
 TREE_KEY = "__lazystore_tree__"
 TREE_VERSION = 1
@@ -57,8 +59,19 @@ _LEAF_HELP = ("containers: dict (str or int keys), OrderedDict, list, tuple; ten
 
 
 def is_flat(obj) -> bool:
-    """A mapping of str names to numpy arrays (or numpy scalars, which are
-    stored as 0-d arrays): stored as is, without a tree."""
+    """Whether ``obj`` is stored as is, without a tree.
+
+    Parameters
+    ----------
+    obj : object
+        What is saved.
+
+    Returns
+    -------
+    bool
+        True for a view, and for a mapping of str names to numpy arrays (or
+        numpy scalars, which are stored as 0-d arrays).
+    """
     if isinstance(obj, ViewBase):  # flat by construction: don't read its tensors
         return True
     if not isinstance(obj, Mapping):
@@ -67,23 +80,50 @@ def is_flat(obj) -> bool:
 
 
 def is_flat_torch(obj) -> bool:
-    """A non-empty mapping of str names to torch tensors (a ``state_dict()``):
-    stored without a tree, marked as torch (:mod:`lazystore._core.frameworks`), so it is
-    the same file whichever way it was saved (``ls.save``, ``save_file``, a
-    conversion) and loads as torch tensors. A state_dict's ``_metadata`` is
-    not kept, as in safetensors. A tensor that is a Parameter or requires
-    grad makes it nested state: only the tree records those."""
+    """Whether ``obj`` is a flat torch state dict, stored without a tree.
+
+    Such a mapping is marked as torch (:mod:`lazystore._core.frameworks`),
+    so it is the same file whichever way it was saved (``ls.save``,
+    ``save_file``, a conversion) and loads as torch tensors. A state_dict's
+    ``_metadata`` is not kept, as in safetensors.
+
+    Parameters
+    ----------
+    obj : object
+        What is saved.
+
+    Returns
+    -------
+    bool
+        True for a non-empty mapping of str names to plain torch tensors (a
+        ``state_dict()``); a tensor that is a Parameter or requires grad
+        makes it nested state: only the tree records those.
+    """
     if not isinstance(obj, Mapping) or isinstance(obj, ViewBase) or not obj:
         return False
     return all(isinstance(k, str) and torch_adapter.is_plain(v) for k, v in obj.items())
 
 
 def looked_through(metadata: Mapping, system_metadata: Mapping) -> tuple[dict, dict]:
-    """A checkpoint's ``(metadata, system_metadata)`` as if it were flat, when
-    its tree only wraps a flat dict of tensors of one kind (older versions
-    saved a ``state_dict()`` so): the tree dropped, and for torch tensors
-    the mark a flat torch file has. Anything else is returned as is.
-    ``lazystore convert``, ``merge`` and ``diff`` see checkpoints this way."""
+    """A checkpoint's ``(metadata, system_metadata)`` as if it were flat.
+
+    ``lazystore convert``, ``merge`` and ``diff`` see checkpoints this way.
+
+    Parameters
+    ----------
+    metadata : Mapping
+        The checkpoint's user metadata.
+    system_metadata : Mapping
+        lazystore's own metadata entries, the tree among them.
+
+    Returns
+    -------
+    tuple of (dict, dict)
+        Copies of both. When the tree only wraps a flat dict of tensors of
+        one kind (older versions saved a ``state_dict()`` so), the tree is
+        dropped, and for torch tensors the mark a flat torch file has is
+        added; anything else is returned as is.
+    """
     kind = _flat_shape(system_metadata.get(TREE_KEY))
     if kind is None:
         return dict(metadata), dict(system_metadata)
@@ -110,84 +150,37 @@ def _flat_shape(structure) -> str | None:
     return kinds.pop() if len(kinds) == 1 else None
 
 
-# -- scalars -----------------------------------------------------------------------
-
-
-def float_text(x: float) -> str:
-    """Exact text of a float: ``float.hex`` ("inf", "-inf", "-0x0.0p+0" included),
-    or for a NaN its binary64 bits, "nan:7ff8000000000000" (sign and payload kept)."""
-    if math.isnan(x):
-        return "nan:" + struct.pack(">d", x).hex()
-    return x.hex()
-
-
-_HEX_FLOAT = re.compile(r"-?(0[xX](?=\.?[0-9a-fA-F])[0-9a-fA-F]*(\.[0-9a-fA-F]*)?[pP][+-]?[0-9]+|inf)")
-
-
-def parse_float(text) -> float:
-    if not isinstance(text, str):
-        raise ValueError(f"float must be a string, got {text!r}")
-    if text.startswith("nan:"):
-        bits = text[4:]
-        if len(bits) != 16 or any(c not in "0123456789abcdef" for c in bits):
-            raise ValueError(f"bad NaN bits {text!r}")
-        value = struct.unpack(">d", bytes.fromhex(bits))[0]
-        if not math.isnan(value):
-            raise ValueError(f"{text!r} is not a NaN")
-        return value
-    if not _HEX_FLOAT.fullmatch(text):
-        raise ValueError(f"{text!r} is not a hexadecimal float such as float.hex() writes, "
-                         "'inf', '-inf' or 'nan:<16 hex digits>'")
-    try:
-        return float.fromhex(text)
-    except OverflowError:
-        raise ValueError(f"{text!r} overflows a float") from None
-
-
-def encode_scalar(x):
-    """The tree node of a scalar, or None if ``x`` is not one."""
-    t = type(x)
-    if x is None:
-        return {"t": "none"}
-    if t is bool:
-        return {"t": "bool", "v": x}
-    if t is int:
-        return {"t": "int", "v": x}
-    if t is float:
-        return {"t": "float", "v": float_text(x)}
-    if t is str:
-        return {"t": "str", "v": x}
-    return None
-
-
-def decode_scalar(node: dict):
-    t = node["t"]
-    if t == "none":
-        return None
-    v = node.get("v")
-    if t == "bool" and type(v) is bool:
-        return v
-    if t == "int" and type(v) is int:
-        return v
-    if t == "str" and type(v) is str:
-        return v
-    if t == "float":
-        try:
-            return parse_float(v)
-        except ValueError as exc:
-            raise FormatError(f"corrupt tree: bad float: {exc}") from None
-    raise FormatError(f"corrupt tree: {t} node with value {v!r}")
-
-
 # -- saving ------------------------------------------------------------------------
 
 
 def flatten(obj) -> tuple[dict, dict[str, object]]:
-    """``(tree, leaves)``: the JSON-able tree and the tensor leaves by key, in
-    traversal order (depth first, containers in their own order).
+    """A nested state as a JSON-able tree and its tensor leaves.
 
     Everything is checked here, before a byte is written: container and key
     types, scalar values, tensor dtypes, key texts.
+
+    Parameters
+    ----------
+    obj : object
+        Any nesting of dicts (str or int keys), OrderedDicts, lists and
+        tuples, with tensor and scalar leaves.
+
+    Returns
+    -------
+    tree : dict
+        The tree, with its version.
+    leaves : dict of str to object
+        The tensor leaves by key, in traversal order (depth first,
+        containers in their own order).
+
+    Raises
+    ------
+    InvalidInputError
+        A leaf or key of a type that cannot be saved, a container nested
+        deeper than ``MAX_DEPTH``, a key or string that is not valid UTF-8,
+        or an int too long for JSON.
+    UnsupportedDtypeError
+        A tensor whose dtype the format cannot store.
     """
     found: list[tuple[str, object, dict]] = []
     root = _encode(obj, (), found, 0)
@@ -211,7 +204,18 @@ def flatten(obj) -> tuple[dict, dict[str, object]]:
 
 
 def as_array(leaf) -> np.ndarray:
-    """The numpy array to write for a leaf returned by :func:`flatten`."""
+    """The numpy array to write for a leaf returned by :func:`flatten`.
+
+    Parameters
+    ----------
+    leaf : numpy.ndarray or numpy.generic or torch.Tensor
+        The leaf.
+
+    Returns
+    -------
+    numpy.ndarray
+        Its data (a torch tensor's as a numpy array).
+    """
     if isinstance(leaf, (np.ndarray, np.generic)):
         return np.asarray(leaf)
     return torch_adapter.to_numpy(leaf)
@@ -303,8 +307,29 @@ def _check_utf8(text: str, path, what: str) -> None:
 def parse(tree, names: Collection[str]) -> tuple[dict, list[str]]:
     """Validate a stored tree against the file's tensor names.
 
-    Returns the root node and the tensor keys in tree order. Every tensor of
-    the file must appear exactly once; anything malformed is a FormatError.
+    Every tensor of the file must appear exactly once.
+
+    Parameters
+    ----------
+    tree : object
+        What the file stores under ``TREE_KEY``.
+    names : Collection of str
+        The file's tensor names.
+
+    Returns
+    -------
+    root : dict
+        The root node.
+    keys : list of str
+        The tensor keys, in tree order.
+
+    Raises
+    ------
+    FormatError
+        Anything malformed: a bad node, a key the file lacks or names twice,
+        a tensor the tree leaves out.
+    UnsupportedVersionError
+        The tree is of a newer version than this lazystore reads.
     """
     if not isinstance(tree, dict):
         raise FormatError(f"corrupt tree: {TREE_KEY} is not a JSON object")
@@ -389,11 +414,25 @@ def build(root: dict, arrays: Mapping[str, np.ndarray], make_torch: Callable[[np
           selected: Collection[str] | None = None):
     """The object a validated tree describes, its tensor leaves taken from ``arrays``.
 
-    With ``selected`` (a set of tensor keys), the result holds only those
-    tensors and the containers on their paths: scalars and containers without
-    a selected tensor are left out, and lists and tuples keep the selected
-    elements in order. The top-level container is always returned (maybe
-    empty); a top-level tensor that is not selected gives None.
+    Parameters
+    ----------
+    root : dict
+        The root node, as :func:`parse` returns it.
+    arrays : Mapping of str to numpy.ndarray
+        The tensors, by key.
+    make_torch : callable
+        ``make_torch(array, node)``: the torch tensor of a torch leaf.
+    selected : Collection of str, optional
+        Tensor keys: the result holds only those tensors and the containers
+        on their paths; scalars and containers without a selected tensor
+        are left out, and lists and tuples keep the selected elements in
+        order.
+
+    Returns
+    -------
+    object
+        The nested state. The top-level container is always returned (maybe
+        empty); a top-level tensor that is not selected gives None.
     """
     value = _build(root, arrays, make_torch, selected)
     if value is _MISSING:
@@ -430,7 +469,20 @@ def _build(node, arrays, make_torch, selected):
 
 
 def has_torch(root: dict, selected=None) -> bool:
-    """Does the tree hold a torch tensor (among ``selected`` keys, if given)?"""
+    """Whether the tree holds a torch tensor (among ``selected`` keys, if given).
+
+    Parameters
+    ----------
+    root : dict
+        The root node.
+    selected : Collection of str, optional
+        Only these tensor keys count.
+
+    Returns
+    -------
+    bool
+        True when a torch leaf is found.
+    """
     stack = [root]
     while stack:
         node = stack.pop()
