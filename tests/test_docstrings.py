@@ -5,9 +5,10 @@ For each object of the covered modules' public surface:
 
 - a one-line summary, ending with a period, then a blank line;
 - only numpydoc's section names, each underlined;
-- a Parameters section naming exactly the signature's parameters, in order
-  (``*args`` and ``**kwargs`` with their stars; a class documents its
-  ``__init__``'s; a dataclass may list its fields under Attributes instead);
+- a Parameters section naming exactly the signature's parameters, in order,
+  each with a type (``*args`` and ``**kwargs`` with their stars and no type;
+  a class documents its ``__init__``'s; a dataclass may list its fields
+  under Attributes instead);
 - a Returns (or, for a generator, Yields) section when it returns something,
   none when it returns None;
 - a Raises section naming each of lazystore's exceptions (lazystore/errors.py)
@@ -71,6 +72,11 @@ class Docstring:
     summary: str
     problems: list[str]
     sections: dict[str, str]
+
+    def untyped(self, section: str) -> list[str]:
+        """The entries of a section that give no type ("name" rather than "name : type")."""
+        return [line for line in self.sections.get(section, "").splitlines()
+                if line.strip() and not line[0].isspace() and (m := ENTRY.match(line)) and not m["type"]]
 
     def entries(self, section: str) -> list[str]:
         """The names a section's entries give, in order ("a, b : int" gives two)."""
@@ -176,7 +182,8 @@ def _exception_names(func) -> set[str]:
 def check_parameters(doc: Docstring, sig: inspect.Signature, where: str = "Parameters") -> list[str]:
     documented = doc.entries(where)
     expected = _expected_parameters(sig)
-    problems = []
+    problems = [f"a parameter without a type: {line!r}" for line in doc.untyped(where)
+                if not line.lstrip("\\").startswith("*")]  # *args and **kwargs take none
     missing = [p for p in expected if p not in documented]
     extra = [p for p in documented if p not in expected]
     if missing:
@@ -327,15 +334,19 @@ def _drifted(path, *, mode: str = "r") -> str:
 
     Parameters
     ----------
-    path : str
-        The file.
+    path
+        The file, without a type.
     strict : bool
         Gone from the signature.
 
-    Raise
-    -----
+    Raises
+    ------
     ValueErr
         Not an exception.
+
+    Example
+    -------
+    Not a section of numpydoc's ("Examples").
     """
     if not path:
         raise errors.FormatError("empty")
@@ -359,10 +370,52 @@ def test_the_checker_passes_a_complete_docstring():
 
 def test_the_checker_finds_each_kind_of_drift():
     problems = "\n".join(check_function(_drifted, _drifted.__doc__, drop_first=False))
-    for expected in ("does not end with a period", "more than one line", "unknown section 'Raise'",
-                     "parameters not documented: ['mode']", "documented parameters it does not take: ['strict']",
-                     "no Returns section", "raises ['FormatError'] without saying so"):
-        assert expected in problems
+    for expected in ("does not end with a period", "more than one line", "unknown section 'Example'",
+                     "a parameter without a type: 'path'", "parameters not documented: ['mode']",
+                     "documented parameters it does not take: ['strict']", "no Returns section",
+                     "Raises names what is no exception here: ['ValueErr']",
+                     "raises ['FormatError'] without saying so"):
+        assert expected in problems, problems
     assert check_function(_generator, _generator.__doc__, drop_first=False) == [
         "a generator without a Yields section"]
     assert check_function(_generator, None, drop_first=False) == ["no docstring"]
+
+
+class _Undocumented:
+    """A class.
+
+    Parameters
+    ----------
+    b : int
+        Second.
+    a : int
+        First.
+    """
+
+    def __init__(self, a, b, c=None):
+        if c is not None:
+            raise errors.InvalidInputError("c")
+
+
+@dataclasses.dataclass
+class _Record:
+    """A record.
+
+    Attributes
+    ----------
+    name : str
+        Its name.
+    """
+
+    name: str
+    size: int
+
+
+def test_the_checker_reads_a_class_docstring_as_its_init_s():
+    assert check_class(_Undocumented) == ["parameters not documented: ['c']",
+                                          "raises ['InvalidInputError'] without saying so in Raises"]
+    three = _Undocumented.__doc__.replace("First.", "First.\n    c : int\n        Third.")
+    assert check_parameters(parse(three), inspect.signature(lambda a, b, c=None: None)) == [
+        "parameters documented in the order ['b', 'a', 'c'], the signature's is ['a', 'b', 'c']"]
+    assert check_class(_Record) == [
+        "a dataclass whose Attributes ['name'] are not its fields ['name', 'size']"]

@@ -151,7 +151,7 @@ def load_checkpoint_and_dispatch(model, checkpoint, device_map=None, max_memory=
         The dtype floating tensors are loaded in.
     offload_state_dict : bool, optional
         Accepted, no effect.
-    skip_keys, preload_module_classes, force_hooks
+    skip_keys, preload_module_classes, force_hooks : optional
         accelerate's ``dispatch_model``'s.
     strict : bool, optional
         The checkpoint's names and the model's must be the same.

@@ -258,7 +258,7 @@ def dispatch_from_file(model, device_map, weights, *, main_device=None, offload_
         ``device_map`` that is neither "cpu" nor "disk", else "cpu".
     offload_buffers : bool, optional
         Persistent buffers of disk modules are read at each forward too.
-    skip_keys, preload_module_classes, force_hooks
+    skip_keys, preload_module_classes, force_hooks : optional
         accelerate's ``dispatch_model``'s.
 
     Returns

@@ -61,8 +61,14 @@ def save_pretrained(model, folder, compression=None, max_shard_size=None, *, com
         strings: ``"5GB"``, ``"500MiB"``); None writes one ``model.lzy``.
     compression_level : int, optional
         As ``ls.save``'s.
-    save_original_format, state_dict, is_main_process
-        What they mean to ``save_pretrained``.
+    save_original_format : bool, optional
+        What it means to ``save_pretrained``: the checkpoint's own names,
+        transformers' load-time conversions reverted.
+    state_dict : dict, optional
+        The weights to write instead of ``model.state_dict()``.
+    is_main_process : bool, optional
+        False writes nothing, as transformers writes nothing on the other
+        processes.
     **kwargs
         ``save_pretrained``'s other keyword arguments, passed to it as they
         are (``push_to_hub``, ``variant`` and ``distributed_checkpoint``
