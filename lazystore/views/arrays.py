@@ -14,17 +14,40 @@ import numpy as np
 from lazystore.errors import VerificationUnavailableError
 from lazystore.views.base import TensorInfo, TensorSlice, ViewBase
 
+__all__ = ["ArraysView"]
+
 
 class ArraysView(ViewBase):
-    """A checkpoint-like Mapping over tensors already at hand (torch tensors
-    of a memory-mapped zip, or members of an npz read one at a time).
+    """A checkpoint-like Mapping over tensors already at hand.
 
-    ``get(name)`` gives a tensor's array; ``read_part(name, index, picks)``,
-    when given, gives ``get(name)[index]`` without reading the whole tensor
-    (``picks``: the elements ``index`` selects on each axis); ``release()``,
-    when given, frees what ``get`` reads from, once, when the view is closed. Such archives
-    record no checksums, so :meth:`verify` is unavailable. The contract is
-    :class:`ViewBase`'s.
+    They are torch tensors of a memory-mapped zip, or members of an npz read
+    one at a time. The contract is :class:`ViewBase`'s: such archives
+    record no checksums, so :meth:`verify` raises
+    VerificationUnavailableError and ``load`` gives writable copies with
+    nothing to verify. From ``get_slice``, a torch tensor's part is a view
+    of the mapped zip; an npz member is read from its start up to the part
+    (zip members cannot be read from the middle), continuing where the last
+    part read stopped.
+
+    Parameters
+    ----------
+    name : str
+        Where the tensors are read from.
+    infos : dict of str to TensorInfo
+        Each tensor's info, in the archive's order.
+    get : callable
+        ``get(name)``: a tensor's array.
+    fmt : str
+        The format the view reports.
+    system_metadata : dict, optional
+        lazystore's own metadata entries the archive carries.
+    release : callable, optional
+        ``release()``: frees what ``get`` reads from, once, when the view is
+        closed.
+    read_part : callable, optional
+        ``read_part(name, index, picks)``: ``get(name)[index]`` without
+        reading the whole tensor (``picks``: the elements ``index`` selects
+        on each axis); by default the whole tensor is read and indexed.
     """
 
     def __init__(self, name: str, infos: dict[str, TensorInfo], get, *, fmt: str, system_metadata=None,
@@ -54,9 +77,6 @@ class ArraysView(ViewBase):
         return self._lookup(name)
 
     def get_slice(self, name: str) -> TensorSlice:
-        """A slice handle; a torch tensor is a view of the mapped zip, an npz
-        member is read from its start up to the part (zip members cannot be
-        read from the middle), continuing where the last part read stopped."""
         info = self._lookup(name)
         return TensorSlice(self, name, info.dtype, info.shape, partial(self._read_part, name))
 
@@ -68,7 +88,6 @@ class ArraysView(ViewBase):
         raise VerificationUnavailableError(f"cannot verify {self.name}: a {self.format} file records no checksums")
 
     def load(self, keys=None, *, verify: bool = True) -> dict[str, np.ndarray]:
-        """Writable copies of some or all tensors (there is nothing to verify)."""
         return {n: np.array(self._get(n)) for n in self._wanted(keys)}
 
     def __repr__(self) -> str:
