@@ -14,7 +14,6 @@ import json
 import struct
 
 import numpy as np
-import pytest
 import xxhash
 from blake3 import blake3
 
@@ -33,23 +32,18 @@ def golden_digest_tensors() -> dict[str, np.ndarray]:
     return {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "zeros": np.zeros((64, 4), np.float32)}
 
 
-@pytest.fixture(scope="module")
-def golden() -> bytes:
-    return committed(GOLDEN_1_4, SIZE, SHA256)
-
-
 @same_zstd
-def test_writer_reproduces_the_golden_digest_file(golden, tmp_path):
-    path = tmp_path / "again.lzy"
-    ls.save(golden_digest_tensors(), path, compression="zstd", digest="blake3", metadata=METADATA)
-    assert path.read_bytes() == golden
+def test_writer_reproduces_the_golden_digest_file(tmp_path):
+    golden = committed(GOLDEN_1_4, SIZE, SHA256)
+    ls.save(golden_digest_tensors(), tmp_path / "again.lzy", compression="zstd", digest="blake3", metadata=METADATA)
+    assert (tmp_path / "again.lzy").read_bytes() == golden
     with ls.Writer(tmp_path / "writer.lzy", compression="zstd", digest="blake3", metadata=METADATA) as w:
         for name, arr in golden_digest_tensors().items():
             w.add(name, arr)
     assert (tmp_path / "writer.lzy").read_bytes() == golden
 
 
-def test_golden_digest_file_reads_back_exactly(golden):
+def test_golden_digest_file_reads_back_exactly():
     with ls.open(GOLDEN_1_4, verify=True) as ck:
         assert ck.format_version == (1, 4) and ck.metadata == METADATA
         assert ck.system_metadata == {"__lazystore_digest__": {"version": 1, "algorithm": "blake3"}}
@@ -59,7 +53,8 @@ def test_golden_digest_file_reads_back_exactly(golden):
     assert_same(ls.load(GOLDEN_1_4), golden_digest_tensors())
 
 
-def test_golden_digest_bytes(golden):
+def test_golden_digest_bytes():
+    golden = committed(GOLDEN_1_4, SIZE, SHA256)
     assert golden[8:12] == golden[-16:-12] == b"\x01\x00\x04\x00"  # 1.4 in the preamble and the trailer
     index = golden[INDEX_OFFSET : INDEX_OFFSET + INDEX_LENGTH]
     assert struct.unpack_from("<QQ", golden, SIZE - 40) == (INDEX_OFFSET, INDEX_LENGTH)
