@@ -189,3 +189,12 @@ def test_verify_of_a_tampered_digest_file_names_the_tensor(capsys, tmp_path, dig
     rebuilt(p, tmp_path / "bad.lzy", 4)
     code, out, _ = run(capsys, "verify", tmp_path / "bad.lzy")
     assert code == 1 and "w" in out
+
+
+def test_to_lazystore_writes_digests_only_when_asked(tmp_path, digest_model):
+    from lazystore.interop import to_lazystore
+
+    to_lazystore(digest_model, tmp_path / "plain.lzy")
+    with ls.open(digest_model) as ck:
+        to_lazystore(ck, tmp_path / "asked.lzy", digest=digest_of(ck))
+    assert algorithm(tmp_path / "plain.lzy") is None and algorithm(tmp_path / "asked.lzy") == "blake3"
