@@ -1,4 +1,4 @@
-"""Cryptographic chunk digests (format 1.4, docs/format.md §9.5): the
+"""Cryptographic chunk digests (format 1.4, docs/format.md §10.1): the
 algorithms a file may name, by name, each a function of a bytes-like object
 giving its 32-byte digest.
 

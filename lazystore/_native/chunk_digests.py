@@ -1,4 +1,4 @@
-"""Chunk digests in a file (format 1.4, docs/format.md §9.5): the member
+"""Chunk digests in a file (format 1.4, docs/format.md §10.1): the member
 that declares them, rule G1 on open, and the checks of a verified read
 (G2: a chunk's stored bytes; G3: the decoded base chunk of a codec-3 chunk).
 

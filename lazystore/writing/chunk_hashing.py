@@ -1,6 +1,6 @@
 """What a writer hashes of each chunk: its xxh3 always and, in a file with
 chunk digests (``digest="blake3"`` or ``"sha256"``, format 1.4,
-docs/format.md §9.5), its cryptographic digest too.
+docs/format.md §10.1), its cryptographic digest too.
 
 Both are computed over the chunk's *stored* bytes by one pool task per
 chunk, while the writer writes the window; a delta chunk's base is hashed

@@ -1,4 +1,4 @@
-"""Chunk digests (format 1.4, docs/format.md §9.5): ``digest=`` writes a
+"""Chunk digests (format 1.4, docs/format.md §10.1): ``digest=`` writes a
 BLAKE3 or SHA-256 digest of every chunk's stored bytes, and verified reads
 check it instead of xxh3 (rules G1-G3).
 
