@@ -64,7 +64,8 @@ class Consolidated:
 
 
 def consolidate(folder, out_path, *, compression=None, compression_level: int | None = None,
-                keys: str | None = None, non_tensors: str = "metadata", verify: bool = True) -> Consolidated:
+                keys: str | None = None, non_tensors: str = "metadata", verify: bool = True,
+                digest: str | None = None) -> Consolidated:
     """Write a DCP checkpoint as one lazystore file, for inference.
 
     The checkpoint in the local ``folder`` (saved by
@@ -86,6 +87,8 @@ def consolidate(folder, out_path, *, compression=None, compression_level: int | 
         As for :class:`lazystore.Writer`.
     compression_level : int, optional
         As for :class:`lazystore.Writer`.
+    digest : {None, "blake3", "sha256"}, optional
+        Chunk digests, as for :class:`lazystore.Writer`.
     keys : str, optional
         A glob (``"model.*"``) keeping only the matching names, e.g. the
         model without its optimizer state.
@@ -135,7 +138,7 @@ def consolidate(folder, out_path, *, compression=None, compression_level: int | 
         kept, skipped = _non_tensor_values(items, non_tensors)
         metadata = {ITEMS_KEY: kept} if kept else {}
         with Writer(out_path, compression=compression, compression_level=compression_level,
-                    metadata=metadata) as w:
+                    metadata=metadata, digest=digest) as w:
             w.system_metadata[frameworks.FRAMEWORK_KEY] = frameworks.TORCH
             for t in tensors:
                 w.add_pieces(t.fqn, _bands(t), dtype=t.spec.dtype, shape=t.shape)
