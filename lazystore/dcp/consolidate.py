@@ -87,8 +87,6 @@ def consolidate(folder, out_path, *, compression=None, compression_level: int | 
         As for :class:`lazystore.Writer`.
     compression_level : int, optional
         As for :class:`lazystore.Writer`.
-    digest : {None, "blake3", "sha256"}, optional
-        Chunk digests, as for :class:`lazystore.Writer`.
     keys : str, optional
         A glob (``"model.*"``) keeping only the matching names, e.g. the
         model without its optimizer state.
@@ -105,6 +103,8 @@ def consolidate(folder, out_path, *, compression=None, compression_level: int | 
         Check raw tensors of lazystore rank files against their checksums as
         they are read (compressed chunks, and the CRC-32s of torch's files,
         are always checked).
+    digest : {None, "blake3", "sha256"}, optional
+        Chunk digests, as for :class:`lazystore.Writer`.
 
     Returns
     -------
