@@ -121,14 +121,6 @@ class ShutdownError(LazyStoreError, RuntimeError):
     save with ``blocking=True`` there, or close the manager before exit."""
 
 
-class SignatureError(LazyStoreError):
-    """A signature that does not vouch for the checkpoint: its ``.sig`` is
-    missing, unreadable or forged, made with another key, or made for
-    another file or index (an index edited after signing), or a pinned
-    ``index_sha256`` that the index does not have. Nothing is read from
-    such a checkpoint."""
-
-
 # Old names, kept so code written against them (``except ls.InvalidIndexError``)
 # still runs, each the very class it was renamed to; reading one warns, naming
 # the new name (PEP 562, as zarr and httpx deprecate names). lazystore itself
@@ -162,3 +154,11 @@ class DigestError(ChecksumError):
         self.algorithm = algorithm
         self.expected_digest = expected
         self.actual_digest = actual
+
+
+class SignatureError(LazyStoreError):
+    """A signature that does not vouch for the checkpoint: its ``.sig`` is
+    missing, unreadable or forged, made with another key, or made for
+    another file or index (an index edited after signing), or a pinned
+    ``index_sha256`` that the index does not have. Nothing is read from
+    such a checkpoint."""

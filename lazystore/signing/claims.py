@@ -24,11 +24,11 @@ from __future__ import annotations
 import hashlib
 
 from lazystore._native import layout as fmt
+from lazystore._native.chunk_digests import DIGEST_KEY
 from lazystore.codecs import DeltaPlanes
 from lazystore.errors import InvalidInputError, SignatureError
 
 CLAIMS_VERSION = 1
-DIGEST_KEY = "__lazystore_digest__"  # the digests member (docs/format.md, chunk digests)
 CONVERT_HINT = "lazystore convert FILE OUT --digest blake3"
 _FILE_FIELDS = ("format", "file_size", "index_offset", "index_length", "index_sha256", "digest")
 

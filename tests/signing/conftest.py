@@ -25,14 +25,7 @@ def make_tensors() -> dict[str, np.ndarray]:
 
 def save_with_digests(tensors, path, **options):
     """A checkpoint with chunk digests (small chunks: several per tensor)."""
-    options.setdefault("chunk_bytes", 4096)
-    try:  # TEMPORARY until i28-digests is merged
-        ls.save(tensors, path, digest="blake3", **options)
-    except ls.InvalidInputError:
-        with ls.Writer(path, **options) as w:
-            w.system_metadata["__lazystore_digest__"] = {"version": 1, "algorithm": "blake3"}
-            for n, a in tensors.items():
-                w.add(n, a)
+    ls.save(tensors, path, digest="blake3", chunk_bytes=options.pop("chunk_bytes", 4096), **options)
     return path
 
 

@@ -297,3 +297,79 @@ def test_a_signed_file_read_from_a_url_fetches_its_signature_there(signed, tenso
             ls.open("memory://signed/model.lzy", public_key=PUBLIC)
     finally:
         fs.rm("/signed", recursive=True)
+
+
+def _flip_byte_of(path, name: str, at: int = 10) -> None:
+    """Change one stored byte of tensor ``name``, and nothing else: its
+    index (which the signature covers) stays as signed."""
+    with ls.open(path) as ck:
+        offset = ck.info(name).offset + at
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x01]))
+
+
+def test_a_chunk_changed_after_signing_is_refused_when_read(signed, tensors, capsys):
+    from lazystore.cli import main
+
+    _flip_byte_of(signed, "embed.weight")
+    with ls.open(signed, public_key=PUBLIC) as ck:  # the index is intact: the open succeeds
+        assert np.array_equal(ck["steps"], tensors["steps"])
+        with pytest.raises(ls.DigestError, match="embed.weight"):
+            ck["embed.weight"]
+        with pytest.raises(ls.DigestError, match="embed.weight"):
+            ck.get_slice("embed.weight")[:1]
+    with pytest.raises(ls.DigestError, match="embed.weight"):
+        ls.load(signed, public_key=PUBLIC)
+    signing.verify(signed, PUBLIC, lazy=True)
+    with pytest.raises(ls.SignatureError, match="'embed.weight'"):
+        signing.verify(signed, PUBLIC)
+    assert main(["verify", str(signed), "--key", str(PUBLIC)]) == 1
+    assert "corrupt: embed.weight" in capsys.readouterr().out
+
+
+def test_a_raw_chunk_changed_after_signing_is_refused_through_the_mapping(tmp_path, tensors):
+    path = save_with_digests(tensors, tmp_path / "raw.lzy")
+    signing.sign(path, PRIVATE)
+    _flip_byte_of(path, "steps", at=5000)
+    with ls.open(path, public_key=PUBLIC) as ck:
+        assert np.array_equal(ck.get_slice("steps")[:100], tensors["steps"][:100])  # its chunk is intact
+        with pytest.raises(ls.DigestError, match="'steps' chunk 1"):
+            ck["steps"]
+
+
+def test_torch_loaders_take_the_signature_keywords(signed, tensors):
+    pytest.importorskip("torch")
+    from lazystore.torch import load_file, safe_open
+
+    loaded = load_file(signed, public_key=PUBLIC)
+    assert np.array_equal(loaded["steps"].numpy(), tensors["steps"])
+    with safe_open(signed, "pt", public_key=PUBLIC) as f:
+        assert np.array_equal(f.get_tensor("layer.0.bias").numpy(), tensors["layer.0.bias"])
+    _, other = write_key_pair(signed.parent)
+    with pytest.raises(ls.SignatureError):
+        load_file(signed, public_key=other)
+    with pytest.raises(ls.SignatureError):
+        safe_open(signed, "np", public_key=other)
+
+
+def test_a_delta_whose_base_was_rewritten_with_the_same_content_still_verifies(tmp_path):
+    """A codec-3 delta's signature covers the content it restores to (the
+    base digests in its index), not the base file's bytes."""
+    base = {"w": np.linspace(0, 1, 4096, dtype=np.float32).reshape(64, 64)}
+    new = {"w": base["w"] + np.float32(1e-3) * (np.arange(64 * 64).reshape(64, 64) % 7 == 0)}
+    save_with_digests(base, tmp_path / "base.lzy", chunk_bytes=1024)
+    delta = save_with_digests(new, tmp_path / "delta.lzy", chunk_bytes=1024, base=tmp_path / "base.lzy")
+    with ls.open(delta) as ck:
+        assert ck.info("w").compression == "delta"
+    signing.sign(delta, PRIVATE)
+    # The base rewritten: recompressed, with sha256 digests, the same content.
+    ls.save(base, tmp_path / "base.lzy", chunk_bytes=1024, compression="zstd", digest="sha256")
+    assert np.array_equal(ls.load(delta, public_key=PUBLIC)["w"], new["w"])
+    signing.verify(delta, PUBLIC)
+    # A base with other content is refused, though the delta's signature is intact.
+    save_with_digests({"w": base["w"] + 1}, tmp_path / "base.lzy", chunk_bytes=1024)
+    with pytest.raises(ls.BaseCheckpointError):
+        ls.load(delta, public_key=PUBLIC)
