@@ -14,7 +14,7 @@ import pytest
 import lazystore as ls
 from lazystore import signing
 from lazystore.cli import main
-from tests.signing.conftest import PRIVATE, PUBLIC, write_key_pair
+from tests.signing.conftest import PRIVATE, PUBLIC, sharded_with_digests, write_key_pair
 
 model_signing = pytest.importorskip("model_signing")
 
@@ -88,9 +88,7 @@ def test_lazystore_refuses_a_tampered_file_model_signing_signed(digested):
 
 
 def test_model_signing_accepts_a_signed_folder(tmp_path, tensors):
-    pytest.importorskip("blake3")
-    folder = tmp_path / "sharded"
-    ls.save(tensors, folder, max_shard_size=40_000, digest="blake3")
+    folder = sharded_with_digests(tensors, tmp_path / "sharded")
     (folder / "README.md").write_text("a model card beside the shards\n")
     sig = signing.sign(folder, PRIVATE)
     _python_api_verify(folder, sig)
