@@ -35,6 +35,23 @@ SIGNATURE_SUFFIX = ".sig"
 _HEX = frozenset("0123456789abcdef")
 
 
+def index_reader(kind: str, read, name: str, refusal: type[Exception], on_bytes, on_index):
+    """``read`` (a format's index reader, of the file ``name``) calling
+    ``on_bytes(size, trailer, index_bytes)`` before the index is parsed and
+    ``on_index(index)`` after; ``refusal`` (an exception class) for a file
+    that is not lazystore's, which records no chunk digests to vouch for."""
+    if kind != "lazystore":
+        raise refusal(f"{name}: a {kind} file; only lazystore files record the chunk digests a signature "
+                      f"or pinned index vouches for: {signed.CONVERT_HINT}")
+
+    def checked(source):
+        index, version = read(source, index_check=on_bytes)
+        on_index(index)
+        return index, version
+
+    return checked
+
+
 class FileAnchor:
     """What one file's index must be: ``check(size, trailer, index_bytes,
     where)`` raises SignatureError if it is not; ``digest`` is the digest
@@ -46,16 +63,9 @@ class FileAnchor:
 
     def reader(self, kind: str, read, name: str):
         """``read`` (a format's index reader), checking the index first."""
-        if kind != "lazystore":
-            raise SignatureError(f"{name}: a {kind} file; only lazystore files record the chunk digests a "
-                                 f"signature or pinned index vouches for: {signed.CONVERT_HINT}")
-
-        def checked(source):
-            index, version = read(source, index_check=lambda size, trailer, buf: self._check(size, trailer, buf, name))
-            signed.check_digests(index.system_metadata, self._digest, name)
-            return index, version
-
-        return checked
+        return index_reader(kind, read, name, SignatureError,
+                            lambda size, trailer, buf: self._check(size, trailer, buf, name),
+                            lambda index: signed.check_digests(index.system_metadata, self._digest, name))
 
     def file(self) -> FileAnchor:
         return self
@@ -177,5 +187,6 @@ def _hex_digest(value) -> str:
     return text.lower()
 
 
-__all__ = ["FileAnchor", "FolderAnchor", "anchor_for", "anchor_of", "default_signature", "is_folder", "read_signature",
+__all__ = ["FileAnchor", "FolderAnchor", "anchor_for", "anchor_of", "default_signature", "index_reader", "is_folder",
+           "read_signature",
            "refuse_unchecked", "signed_statement"]

@@ -11,6 +11,7 @@ from lazystore._native import layout as fmt
 from lazystore.errors import InvalidInputError
 from lazystore.interop.detect import open_view
 from lazystore.signing import claims as signed
+from lazystore.signing.anchor import index_reader
 from lazystore.sources import open_source
 
 
@@ -27,19 +28,13 @@ class Recorder:
         self._need_digests = need_digests
 
     def reader(self, kind: str, read, name: str):
-        if kind != "lazystore":
-            raise InvalidInputError(f"{name}: a {kind} file; only lazystore files record the chunk digests a "
-                                    f"signature vouches for: {signed.CONVERT_HINT}")
+        return index_reader(kind, read, name, InvalidInputError, self._record, lambda index: self._claim(index, name))
 
-        def recorded(source):
-            index, version = read(source, index_check=self._record)
-            self.system_metadata = index.system_metadata
-            if self._need_digests:
-                signed.refuse_legacy_delta(index.entries["codec"], name)
-                self.claims = signed.of_index(self.size, self.trailer, self.index_sha256, index.system_metadata, name)
-            return index, version
-
-        return recorded
+    def _claim(self, index, name: str) -> None:
+        self.system_metadata = index.system_metadata
+        if self._need_digests:
+            signed.refuse_legacy_delta(index.entries["codec"], name)
+            self.claims = signed.of_index(self.size, self.trailer, self.index_sha256, index.system_metadata, name)
 
     def _record(self, size: int, trailer: fmt.Trailer, index) -> None:
         self.size, self.trailer, self.index_sha256 = size, trailer, hashlib.sha256(index).hexdigest()
