@@ -19,6 +19,7 @@ each shard its own file anchor.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -166,6 +167,9 @@ def read_signature(sig, checkpoint, storage_options=None) -> bytes:
     try:
         source = open_source(sig, storage_options, mmap=False)
     except (FileNotFoundError, IsADirectoryError):
+        local = local_path(checkpoint)
+        if local is not None and not os.path.exists(local):  # no checkpoint: say that, not "unsigned"
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), local) from None
         raise SignatureError(f"{os.fspath(checkpoint)} is not signed: no signature at {os.fspath(sig)} (a "
                              "stripped or missing .sig; give signature= if it is elsewhere)") from None
     try:

@@ -61,6 +61,11 @@ def test_a_stripped_signature_is_refused(signed):
         signing.verify(signed, PUBLIC)
 
 
+def test_a_missing_checkpoint_is_not_found_rather_than_unsigned(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        ls.open(tmp_path / "missing.lzy", public_key=PUBLIC)
+
+
 def test_an_unsigned_file_opens_as_before_without_a_key(digested, tensors):
     with ls.open(digested) as ck:
         assert np.array_equal(ck["steps"], tensors["steps"])
@@ -373,3 +378,14 @@ def test_a_delta_whose_base_was_rewritten_with_the_same_content_still_verifies(t
     save_with_digests({"w": base["w"] + 1}, tmp_path / "base.lzy", chunk_bytes=1024)
     with pytest.raises(ls.BaseCheckpointError):
         ls.load(delta, public_key=PUBLIC)
+
+
+def test_a_keyless_sigstore_bundle_is_refused_with_what_verifies_it(signed):
+    """Keyless signatures (an OIDC identity's certificate, a transparency
+    log entry) need a network to verify: lazystore says so and names the tool."""
+    sig = signed.with_name(signed.name + ".sig")
+    bundle = json.loads(sig.read_bytes())
+    bundle["verificationMaterial"] = {"certificate": {"rawBytes": "MIIB"}, "tlogEntries": [{"logIndex": "1"}]}
+    sig.write_text(json.dumps(bundle))
+    with pytest.raises(ls.SignatureError, match="keyless .* model_signing verify sigstore"):
+        ls.open(signed, public_key=PUBLIC)
