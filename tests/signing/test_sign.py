@@ -387,5 +387,5 @@ def test_a_keyless_sigstore_bundle_is_refused_with_what_verifies_it(signed):
     bundle = json.loads(sig.read_bytes())
     bundle["verificationMaterial"] = {"certificate": {"rawBytes": "MIIB"}, "tlogEntries": [{"logIndex": "1"}]}
     sig.write_text(json.dumps(bundle))
-    with pytest.raises(ls.SignatureError, match="keyless .* model_signing verify sigstore"):
+    with pytest.raises(ls.SignatureError, match="keyless .*`model_signing verify sigstore`"):
         ls.open(signed, public_key=PUBLIC)
