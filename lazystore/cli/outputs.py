@@ -19,7 +19,8 @@ from lazystore.interop import SafetensorsWriter, ShardedWriter, targets
 # targets.EXTENSIONS and add its opener to OUTPUTS. An opener takes the
 # destination and the options below and returns a context manager with
 # Writer's interface: add(name, array, compression=...), committed on a
-# clean exit and discarded on an exception.
+# clean exit and discarded on an exception. ``digest`` is the chunk digests'
+# algorithm (None: none): a format that cannot hold them refuses one.
 
 
 def output_format(dst) -> str:
@@ -29,25 +30,29 @@ def output_format(dst) -> str:
     return targets.format_of(dst)
 
 
-def _open_lazystore(dst, *, metadata, system_metadata, compression_level, max_shard_size):
+def _open_lazystore(dst, *, metadata, system_metadata, compression_level, max_shard_size, digest):
     if max_shard_size is not None:
         return _open_folder(dst, metadata=metadata, system_metadata=system_metadata,
-                            compression_level=compression_level, max_shard_size=max_shard_size)
-    w = ls.Writer(dst, compression_level=compression_level, metadata=metadata)
+                            compression_level=compression_level, max_shard_size=max_shard_size, digest=digest)
+    w = ls.Writer(dst, compression_level=compression_level, metadata=metadata, digest=digest)
     w.system_metadata.update(system_metadata)
     return w
 
 
-def _open_folder(dst, *, metadata, system_metadata, compression_level, max_shard_size):
-    w = ShardedWriter(dst, max_shard_size=max_shard_size, compression_level=compression_level, metadata=metadata)
+def _open_folder(dst, *, metadata, system_metadata, compression_level, max_shard_size, digest):
+    w = ShardedWriter(dst, max_shard_size=max_shard_size, compression_level=compression_level, metadata=metadata,
+                      digest=digest)
     w.system_metadata.update(system_metadata)
     return w
 
 
-def _open_safetensors(dst, *, metadata, system_metadata, compression_level, max_shard_size):
+def _open_safetensors(dst, *, metadata, system_metadata, compression_level, max_shard_size, digest):
     if max_shard_size is not None:
         raise CliError("--max-shard-size writes a lazystore sharded folder; sharded safetensors output "
                        "is not supported")
+    if digest is not None:
+        raise CliError("--digest writes chunk digests, which only a lazystore file holds; a safetensors "
+                       "file has none")
     w = SafetensorsWriter(dst, metadata=metadata)
     w.system_metadata.update(system_metadata)
     return w
@@ -58,7 +63,8 @@ OUTPUTS: dict[str, Callable] = {"lazystore": _open_lazystore, "folder": _open_fo
 
 
 def open_output(dst, *, metadata: Mapping, system_metadata: Mapping,
-                compression_level: int | None = None, max_shard_size: int | None = None):
+                compression_level: int | None = None, max_shard_size: int | None = None,
+                digest: str | None = None):
     """A writer for ``dst`` in the format it asks for (see :func:`output_format`)."""
     fmt = output_format(dst)
     opener = OUTPUTS.get(fmt)
@@ -66,7 +72,7 @@ def open_output(dst, *, metadata: Mapping, system_metadata: Mapping,
         raise CliError(f"{dst}: writing {fmt} output is not supported yet; write a lazystore file (.lzy)")
     with about(dst):
         writer = opener(dst, metadata=metadata, system_metadata=system_metadata,
-                        compression_level=compression_level, max_shard_size=max_shard_size)
+                        compression_level=compression_level, max_shard_size=max_shard_size, digest=digest)
     return _Committing(writer, dst)
 
 

@@ -258,6 +258,8 @@ class Writer(TensorWriter):
         try:
             if self._base is not None and self._base.used:
                 self.system_metadata[BASE_KEY] = self._base.ref.to_json()
+            # The member says what the records hold: this writer's, never one copied from another file.
+            self.system_metadata.pop(DIGEST_KEY, None)
             if self._hashing.algorithm is not None:
                 self.system_metadata[DIGEST_KEY] = self._hashing.member()
             self._pad_to_alignment()

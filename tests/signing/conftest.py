@@ -30,16 +30,8 @@ def save_with_digests(tensors, path, **options):
 
 
 def sharded_with_digests(tensors, folder, max_shard_size: int = 40_000):
-    """A folder of lazystore shards with chunk digests: saved sharded, then
-    each shard rewritten with digests, keeping its metadata (the save id)."""
-    ls.save(tensors, folder, max_shard_size=max_shard_size)
-    for shard in sorted(folder.glob("*.lzy")):
-        with ls.open(shard) as ck:
-            arrays, system = ck.load(), ck.system_metadata
-        with ls.Writer(shard, digest="blake3", chunk_bytes=4096) as w:
-            w.system_metadata.update(system)
-            for name, arr in arrays.items():
-                w.add(name, arr)
+    """A folder of lazystore shards with chunk digests."""
+    ls.save(tensors, folder, max_shard_size=max_shard_size, digest="blake3", chunk_bytes=4096)
     return folder
 
 
