@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
 from lazystore.errors import FormatError, InvalidInputError
@@ -88,14 +88,16 @@ def _folder_statement(folder: Path, out: Path) -> bytes:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a reader sees the old file or the new, whole."""
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=path.parent or ".")
+    """Write ``data`` to ``path`` so that a reader sees the old file or the
+    new, whole. The file is created as ``open`` creates files (its mode
+    from the umask: a signature is public), then renamed over ``path``."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.partial")
     try:
-        with os.fdopen(fd, "wb") as f:
+        with open(tmp, "xb") as f:
             f.write(data)
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise
 
 
