@@ -389,3 +389,30 @@ def test_a_keyless_sigstore_bundle_is_refused_with_what_verifies_it(signed):
     sig.write_text(json.dumps(bundle))
     with pytest.raises(ls.SignatureError, match="keyless .*`model_signing verify sigstore`"):
         ls.open(signed, public_key=PUBLIC)
+
+
+def test_a_delta_stays_verified_when_the_manager_rewrites_its_base(tmp_path):
+    """CheckpointManager(delta=True) rewrites the base of a signed delta as
+    a delta itself (same content): the signed delta still verifies."""
+    rng = np.random.default_rng(0)
+    weights = rng.standard_normal((64, 64)).astype(np.float32)
+    states = {}
+    with ls.CheckpointManager(tmp_path / "ckpts", delta=True, digest="blake3") as mgr:
+        for step in (1, 2):
+            weights = weights.copy()
+            weights[step] += 1
+            states[step] = weights
+            mgr.save(step, {"w": weights})
+        first = mgr.path(1)
+        with ls.open(first) as ck:
+            assert ck.info("w").compression == "delta" and ck.base == str(mgr.path(2))
+        signing.sign(first, PRIVATE)
+        second_index = signing.index_sha256(mgr.path(2))
+        weights = weights.copy()
+        weights[3] += 1
+        mgr.save(3, {"w": weights})  # step 2 is rewritten as a delta against step 3
+        assert signing.index_sha256(mgr.path(2)) != second_index
+        with ls.open(mgr.path(2)) as ck:
+            assert ck.info("w").compression == "delta"
+        assert np.array_equal(ls.load(first, public_key=PUBLIC)["w"], states[1])
+        signing.verify(first, PUBLIC)
