@@ -141,11 +141,5 @@ def check_signature(public_key, signature: bytes, data: bytes, what: str) -> Non
                              "with another key)") from None
 
 
-def is_ed25519(key) -> bool:
-    """Whether ``key`` (public or private) is an Ed25519 key, which model_signing cannot verify."""
-    _, _, ed25519, _, _ = _crypto()
-    return isinstance(key, (ed25519.Ed25519PublicKey, ed25519.Ed25519PrivateKey))
-
-
-__all__ = ["PASSWORD_ENV", "check_signature", "is_ed25519", "key_hint", "load_private_key", "load_public_key",
+__all__ = ["PASSWORD_ENV", "check_signature", "key_hint", "load_private_key", "load_public_key",
            "sign_bytes"]
