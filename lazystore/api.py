@@ -24,6 +24,7 @@ from lazystore.interop.detect import open_view
 from lazystore.interop.folders import open_path
 from lazystore.interop.safetensors import SafetensorsWriter, compression_refusal
 from lazystore.interop.sharded_writer import ShardedWriter
+from lazystore.signing.anchor import anchor_for, refuse_unchecked
 from lazystore.sources.in_memory import BytesSource, check_binary_file, is_file_object, read_file_object
 from lazystore.views import tree
 from lazystore.views.base import ViewBase
@@ -37,7 +38,7 @@ _WRITER_OPTIONS = ("alignment", "chunk_bytes", "digest")
 
 
 def open(path, *, verify: bool = False, storage_options: Mapping | None = None,  # noqa: A001 - ls.open reads as the built-in open does, on purpose
-         mmap: bool = True) -> ViewBase:
+         mmap: bool = True, public_key=None, signature=None, index_sha256: str | None = None) -> ViewBase:
     """Open a checkpoint lazily: only the index is read (from a URL: at most
     two small requests, the object's size and its tail).
 
@@ -75,10 +76,26 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None, 
     ``path`` may also be a binary file object (``io.BytesIO``, an open
     file), as ``torch.load`` takes one: its bytes from its position on are
     read into memory and the view reads them there.
+
+    ``public_key`` (a PEM file's path, PEM bytes or a ``cryptography`` key)
+    opens a signed checkpoint: the signature (``signature``, by default
+    ``path + ".sig"``, or ``DIR/model.sig`` for a folder of shards, read
+    through the same storage) and the index it vouches for are checked
+    before anything else is read, and every chunk read afterwards is checked
+    against its digest (the view is opened with ``verify=True``). A missing,
+    forged or mismatched signature raises SignatureError.
+    ``index_sha256`` (64 hex characters, what ``lazystore info`` prints)
+    pins the index instead of a signature, with the same checks. Both need
+    a file with chunk digests. See docs/signing.md.
     """
     if is_file_object(path):
+        if public_key is not None or index_sha256 is not None:
+            raise InvalidInputError("public_key= and index_sha256= check a checkpoint opened by its path or URL")
         return _open_in_memory(read_file_object(path), verify)
-    return open_path(path, verify=verify, storage_options=storage_options, mmap=mmap)
+    anchor = anchor_for(path, public_key=public_key, signature=signature, index_sha256=index_sha256,
+                        storage_options=storage_options)
+    return open_path(path, verify=verify or anchor is not None, storage_options=storage_options, mmap=mmap,
+                     anchor=anchor)
 
 
 def save(obj, path, *, compression=None, compression_level: int | None = None,
@@ -231,7 +248,8 @@ def _check_safetensors(obj, path, *, compression, base, options) -> None:
                                 "Save to a .lzy name to write a lazystore file.")
 
 
-def load(path, keys=None, *, map_location=None, verify: bool = True, storage_options: Mapping | None = None):
+def load(path, keys=None, *, map_location=None, verify: bool = True, storage_options: Mapping | None = None,
+         public_key=None, signature=None, index_sha256: str | None = None):
     """Read a checkpoint back, as it was saved.
 
     A flat checkpoint (no nested structure) gives a dict of names to arrays,
@@ -271,10 +289,16 @@ def load(path, keys=None, *, map_location=None, verify: bool = True, storage_opt
     the selected tensors' bytes are fetched: neighbouring ranges merged into
     one request, requests sent concurrently, every byte checked against its
     checksum.
+
+    ``public_key``, ``signature`` and ``index_sha256`` check a signed (or
+    pinned) checkpoint as :func:`open` does; every tensor loaded is then
+    checked against its chunk digests (``verify=False`` is refused with them).
     """
+    refuse_unchecked(verify, public_key, index_sha256)
     # Checked by each load(verify=...) below, which checks what the file
     # records; open(verify=True) would refuse a file that records nothing.
-    with open(path, storage_options=storage_options) as ck:
+    with open(path, storage_options=storage_options, public_key=public_key, signature=signature,
+              index_sha256=index_sha256) as ck:
         structure = ck.system_metadata.get(tree.TREE_KEY)
         if structure is None and frameworks.saved_from_torch(ck.metadata, ck.system_metadata):
             torch_adapter.require()

@@ -154,3 +154,11 @@ class DigestError(ChecksumError):
         self.algorithm = algorithm
         self.expected_digest = expected
         self.actual_digest = actual
+
+
+class SignatureError(LazyStoreError):
+    """A signature that does not vouch for the checkpoint: its ``.sig`` is
+    missing, unreadable or forged, made with another key, or made for
+    another file or index (an index edited after signing), or a pinned
+    ``index_sha256`` that the index does not have. Nothing is read from
+    such a checkpoint."""

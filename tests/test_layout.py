@@ -113,6 +113,7 @@ STAGES = (
     ("views",),
     ("writing",),
     ("interop",),
+    ("signing",),  # signatures over the index: checks the open path calls (anchors), sign and verify
     ("api",),
     ("training", "torch", "numpy", "dcp", "hf", "testing"),
     ("lazystore",),  # the package's __init__: the public names, re-exported from the stages above

@@ -22,7 +22,8 @@ def read_tail(source) -> tuple[int, memoryview]:
     return tail_start, source.read(tail_start, size)
 
 
-def read_index(source, known_tail: tuple[int, memoryview] | None = None) -> tuple[Index, tuple[int, int]]:
+def read_index(source, known_tail: tuple[int, memoryview] | None = None, *,
+               index_check=None) -> tuple[Index, tuple[int, int]]:
     """Find, check and parse a source's index with at most two reads.
 
     The first read takes the file's tail, which holds the trailer and, for
@@ -46,6 +47,8 @@ def read_index(source, known_tail: tuple[int, memoryview] | None = None) -> tupl
         buf = tail[lo : lo + trailer.index_length]
     else:
         buf = source.read(trailer.index_offset, trailer.index_offset + trailer.index_length)
+    if index_check is not None:
+        index_check(size, trailer, buf)
     check(buf, trailer.index_checksum, "index")
     index = Index.parse(buf, trailer.index_offset, trailer.minor)
     # What a delta file records of its base (docs/format.md §9.3).

@@ -14,12 +14,14 @@ import os
 from collections.abc import Mapping
 
 import lazystore as ls
+from lazystore import signing
 from lazystore._core import crypto_digest
 from lazystore._core.batching import batch_by_bytes
 from lazystore.cli.errors import CliError, about
 from lazystore.cli.inputs import Tensors, dcp_folder, open_input
 from lazystore.cli.outputs import open_output, output_format
 from lazystore.cli.progress import progress
+from lazystore.cli.signing import refuse_options_without_key, verify_signed
 from lazystore.cli.text import (
     codec_name,
     dtype_name,
@@ -69,6 +71,8 @@ def cmd_info(args) -> int:
             "metadata": ck.metadata,
             "system_metadata_keys": sorted(ck.system_metadata),
         }
+        if summary["format"] == "lazystore":  # one file: the digest ls.open(path, index_sha256=...) pins
+            summary["index_sha256"] = signing.index_sha256(args.path)
     if args.json:
         print(json.dumps(summary, indent=2, ensure_ascii=False))
         return 0
@@ -84,6 +88,8 @@ def cmd_info(args) -> int:
         ("nested state", "yes (ls.load rebuilds the saved structure)" if summary["nested"] else "no"),
         ("digests", summary["digest"] or "none (xxh3 checksums only)"),
     ]
+    if "index_sha256" in summary:
+        rows.append(("index sha256", summary["index_sha256"]))
     width = max(len(k) for k, _ in rows) + 1
     for key, value in rows:
         print(f"{key + ':':<{width}} {one_value(value)}")
@@ -128,24 +134,35 @@ def cmd_ls(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    with open_input(args.path, stream=True) as ck, about(args.path):
-        # A view of no tensors verifies just the preamble (which opening a
-        # local file has already checked; other sources check it here).
-        ck.select([]).verify()
-        names = list(ck)
-        bad: list[str] = []
-        sizes = {n: ck.info(n).stored_nbytes for n in names}
-        steps = batch_by_bytes(names, PROGRESS_STEP_BYTES, size=sizes.__getitem__)
-        for batch in progress(steps, desc="verify", total=sum(sizes.values()),
-                              weight=lambda b: sum(sizes[n] for n in b)):
-            bad += ck.verify(batch)
+    if args.key is not None:
+        bad, total, intact = verify_signed(args, _verify_all)
+    else:
+        refuse_options_without_key(args)
+        with open_input(args.path, stream=True) as ck, about(args.path):
+            bad, total = _verify_all(ck), len(ck)
+            intact = f"OK, {plural(total, 'tensor')} intact"
     for name in bad:
         print(f"corrupt: {one_value(name)}")
     if bad:
-        print(f"{one_value(args.path)}: {len(bad)} of {plural(len(names), 'tensor')} corrupt")
+        print(f"{one_value(args.path)}: {len(bad)} of {plural(total, 'tensor')} corrupt")
         return 1
-    print(f"{one_value(args.path)}: OK, {plural(len(names), 'tensor')} intact")
+    print(f"{one_value(args.path)}: {intact}")
     return 0
+
+
+def _verify_all(ck) -> list[str]:
+    """Every corrupt tensor of an open view, with a progress bar by stored bytes."""
+    # A view of no tensors verifies just the preamble (which opening a
+    # local file has already checked; other sources check it here).
+    ck.select([]).verify()
+    names = list(ck)
+    bad: list[str] = []
+    sizes = {n: ck.info(n).stored_nbytes for n in names}
+    steps = batch_by_bytes(names, PROGRESS_STEP_BYTES, size=sizes.__getitem__)
+    for batch in progress(steps, desc="verify", total=sum(sizes.values()),
+                          weight=lambda b: sum(sizes[n] for n in b)):
+        bad += ck.verify(batch)
+    return bad
 
 
 # -- convert and merge: streaming tensors into a writer -------------------------------------

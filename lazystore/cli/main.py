@@ -31,6 +31,7 @@ import lazystore as ls
 from lazystore.cli.commands import cmd_convert, cmd_info, cmd_ls, cmd_merge, cmd_verify
 from lazystore.cli.diff import cmd_diff
 from lazystore.cli.errors import CliError, one_line, os_error
+from lazystore.cli.signing import cmd_sign
 from lazystore.cli.text import PROG, escape_controls, parse_size
 
 # What a shell reports for a command killed by SIGPIPE, as `cat big | head -1`
@@ -74,7 +75,7 @@ class _ShowVersion(argparse.Action):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
-        description="Inspect, check, convert, compare and merge lazystore checkpoints.",
+        description="Inspect, check, sign, convert, compare and merge lazystore checkpoints.",
         epilog="Exit codes: 0 success; 1 corrupt (verify), different (diff), no match (ls); 2 errors; "
                "141 standard output closed early. "
                "See docs/cli.md.",
@@ -98,12 +99,36 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_ls)
 
-    s = sub.add_parser("verify", help="check every stored byte against its checksum",
+    s = sub.add_parser("verify", help="check every stored byte against its checksum (or signature)",
                        description="Check the preamble, every chunk and all padding against their "
-                                   "checksums, naming every corrupt tensor. "
-                                   "Exit codes: 0 intact, 1 corrupt, 2 unreadable.")
+                                   "checksums, naming every corrupt tensor. With --key, check PATH's "
+                                   "signature (PATH.sig, or DIR/model.sig) and the index it vouches for, "
+                                   "then every chunk against its digest. "
+                                   "Exit codes: 0 intact, 1 corrupt or not vouched for, 2 unreadable.")
     s.add_argument("path", metavar="PATH")
+    s.add_argument("--key", metavar="PUBLIC.pem", default=None,
+                   help="check the signature made with this public key's private key (PEM)")
+    s.add_argument("--signature", metavar="SIG", default=None,
+                   help="the signature to check (default: PATH.sig; DIR/model.sig for a folder)")
+    s.add_argument("--lazy", action="store_true",
+                   help="check the signature and the index only, reading the file's tail (what "
+                        "ls.open(path, public_key=...) checks)")
+    s.add_argument("--model-signing", action="store_true",
+                   help="also recompute every file's SHA-256, as OpenSSF model_signing verifies it")
     s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("sign", help="sign a checkpoint: write FILE.sig (a Sigstore bundle)",
+                       description="Sign PATH (a lazystore file with chunk digests, or a folder of "
+                                   "lazystore shards) with an ECDSA (P-256/384/521) or Ed25519 private key. "
+                                   "Writes PATH.sig (DIR/model.sig for a folder), which `lazystore verify "
+                                   "--key` and ls.open(path, public_key=...) check by reading the index only, "
+                                   "and which OpenSSF model_signing verifies (ECDSA keys). An encrypted key's "
+                                   "password is read from LAZYSTORE_KEY_PASSWORD.")
+    s.add_argument("path", metavar="PATH")
+    s.add_argument("--key", metavar="PRIVATE.pem", required=True, help="the private key (PEM)")
+    s.add_argument("--signature", metavar="OUT", default=None,
+                   help="where to write the signature (default: PATH.sig; DIR/model.sig for a folder)")
+    s.set_defaults(func=cmd_sign)
 
     def encoding_options(s):
         s.add_argument("--compression", choices=["zstd", "none"], default=None,

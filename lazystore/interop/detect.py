@@ -18,6 +18,8 @@ for conversion by :mod:`lazystore.interop.archives`.
 
 from __future__ import annotations
 
+from functools import partial
+
 from lazystore._core.naming import naming
 from lazystore._native import layout as fmt
 from lazystore._native.locate import read_index, read_tail
@@ -35,11 +37,11 @@ def sniff(source) -> tuple[str, object]:
     if tail_start == 0:
         head = bytes(tail[:16])
     elif bytes(tail[-len(fmt.MAGIC):]) == fmt.MAGIC:
-        return "lazystore", lambda src: read_index(src, (tail_start, tail))
+        return "lazystore", partial(read_index, known_tail=(tail_start, tail))
     else:
         head = bytes(source.read(0, 16))
     if head[: len(fmt.MAGIC)] == fmt.MAGIC:
-        return "lazystore", lambda src: read_index(src, (tail_start, tail))
+        return "lazystore", partial(read_index, known_tail=(tail_start, tail))
     if safetensors.looks_like(head):
         return "safetensors", safetensors.read_index
     # The message never quotes the bytes: the file may be anything (a key, a
@@ -87,21 +89,25 @@ def _first_zip_member(source) -> str:
     return bytes(source.read(_ZIP_NAME_AT, end)).decode("utf-8", "replace")
 
 
-def open_file(path, *, verify: bool = False, storage_options=None, mmap: bool = True) -> CheckpointView:
+def open_file(path, *, verify: bool = False, storage_options=None, mmap: bool = True, anchor=None) -> CheckpointView:
     """Open a lazystore or safetensors file as a lazy view (local: memory-mapped
     unless ``mmap=False``; any fsspec URL: range requests). A local folder
     raises IsADirectoryError, told from the open file descriptor without a
     second lookup of the path. An error about the file's bytes names it (a
     file cut short says "<path>: not a lazystore file, or truncated ...")."""
     with naming(path):
-        return open_view(open_source(path, storage_options, mmap=mmap), verify=verify)
+        return open_view(open_source(path, storage_options, mmap=mmap), verify=verify, anchor=anchor)
 
 
-def open_view(source, *, verify: bool = False) -> CheckpointView:
+def open_view(source, *, verify: bool = False, anchor=None) -> CheckpointView:
     """The view of an open source, in the format its content says; the
-    view owns the source (closed here if it is no checkpoint)."""
+    view owns the source (closed here if it is no checkpoint). An
+    ``anchor`` (:mod:`lazystore.signing`: a signature or a pinned index
+    digest) checks the index before it is parsed."""
     try:
-        _, reader = sniff(source)
+        kind, reader = sniff(source)
+        if anchor is not None:
+            reader = anchor.reader(kind, reader, source.name)
     except BaseException:
         source.close()
         raise

@@ -28,21 +28,26 @@ CONVERTIBLE_SUFFIXES = (".bin", ".pt", ".pth", ".npz")
 NAMES_SHOWN = 8
 
 
-def open_path(path, *, verify: bool = False, storage_options=None, mmap: bool = True):
+def open_path(path, *, verify: bool = False, storage_options=None, mmap: bool = True, anchor=None):
     """The view of the checkpoint at a path or URL: a file (lazystore or
     safetensors, told by content), or a local folder (see
     :func:`open_checkpoint_folder`). What ``ls.open`` does for a path, and
-    what the converters open their input with."""
+    what the converters open their input with. An ``anchor`` (a signature
+    or pinned index digest: :mod:`lazystore.signing.anchor`) vouches for
+    the index, of a file or of a sharded folder."""
     try:
-        return open_file(path, verify=verify, storage_options=storage_options, mmap=mmap)
+        return open_file(path, verify=verify, storage_options=storage_options, mmap=mmap,
+                         anchor=anchor.file() if anchor is not None else None)
     except IsADirectoryError:  # only local paths can be folders
-        return open_checkpoint_folder(local_path(path), verify=verify, mmap=mmap)
+        return open_checkpoint_folder(local_path(path), verify=verify, mmap=mmap, anchor=anchor)
 
 
-def open_checkpoint_folder(folder, *, verify: bool = False, mmap: bool = True):
+def open_checkpoint_folder(folder, *, verify: bool = False, mmap: bool = True, anchor=None):
     """The view of the checkpoint a local folder holds: its shards as one
     view when it has an index, else its only weights file."""
     folder = Path(folder)
+    if anchor is not None:
+        return open_folder(folder, verify=verify, mmap=mmap, anchor=anchor.folder(folder))
     if (folder / INDEX_NAME).is_file() or (folder / HF_INDEX_NAME).is_file():
         return open_folder(folder, verify=verify, mmap=mmap)
     names = _file_names(folder)

@@ -45,14 +45,17 @@ def read_index_json(path: Path) -> dict:
     return _read_index_stamped(path)[0]
 
 
-def _read_index_stamped(path: Path) -> tuple[dict, tuple]:
+def _read_index_stamped(path: Path, anchor=None) -> tuple[dict, tuple]:
     """The index and a stamp of the file it came from (inode, mtime, size):
-    a save replaces the index by renaming a new file over it."""
+    a save replaces the index by renaming a new file over it. An ``anchor``
+    (a folder's signature) checks the bytes before they are parsed."""
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
         if st.st_size > MAX_INDEX_JSON:
             raise FormatError(f"{path}: index of more than {MAX_INDEX_JSON} bytes")
         data = f.read()
+    if anchor is not None:
+        anchor.check_index_json(data, path)
     try:
         # Strict JSON, as for a file's metadata: no NaN / Infinity (its
         # metadata must read back as the file's would), and no duplicate
@@ -77,22 +80,25 @@ def _index_changed(path: Path, stamp: tuple) -> bool:
         return True
 
 
-def open_folder(folder, *, verify: bool = False, mmap: bool = True) -> ShardedView:
+def open_folder(folder, *, verify: bool = False, mmap: bool = True, anchor=None) -> ShardedView:
     """The view of a sharded folder (lazystore's or Hugging Face's).
 
     A save may replace the folder's checkpoint while it is opened, removing
     the shards the old index named once the new index is in place; then the
-    new index is read and the opening starts again (a few times at most)."""
+    new index is read and the opening starts again (a few times at most).
+
+    An ``anchor`` (a folder's signature: :mod:`lazystore.signing.anchor`)
+    checks lazystore's index file, then each shard's index as it is opened."""
     folder = Path(folder)
     ours = folder / INDEX_NAME
     for attempt in range(1, OPEN_ATTEMPTS + 1):
-        index_path = ours if ours.is_file() else folder / HF_INDEX_NAME
+        index_path = ours if ours.is_file() or anchor is not None else folder / HF_INDEX_NAME
         if not index_path.is_file():
             raise FormatError(f"{folder}: a folder, but not a sharded checkpoint (no {INDEX_NAME} "
                               f"or {HF_INDEX_NAME})")
-        index, stamp = _read_index_stamped(index_path)
+        index, stamp = _read_index_stamped(index_path, anchor)
         try:
-            return _open_shards(folder, index_path, index, index_path == ours, verify, mmap)
+            return _open_shards(folder, index_path, index, index_path == ours, verify, mmap, anchor)
         except (FormatError, FileNotFoundError):
             if attempt < OPEN_ATTEMPTS and _index_changed(index_path, stamp):
                 continue
@@ -100,7 +106,8 @@ def open_folder(folder, *, verify: bool = False, mmap: bool = True) -> ShardedVi
     raise AssertionError("unreachable")
 
 
-def _open_shards(folder: Path, index_path: Path, index: dict, ours: bool, verify: bool, mmap: bool) -> ShardedView:
+def _open_shards(folder: Path, index_path: Path, index: dict, ours: bool, verify: bool, mmap: bool,
+                 anchor=None) -> ShardedView:
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise FormatError(f"{index_path}: corrupt index: weight_map is not an object of names to files")
@@ -118,6 +125,7 @@ def _open_shards(folder: Path, index_path: Path, index: dict, ours: bool, verify
     try:
         for f in files:
             path = folder / f
+            shard_anchor = anchor.shard(f) if anchor is not None else None
             # By the name the index gives: a regular file in the folder,
             # never a FIFO or a link out of it (see sources.safe_files).
             try:
@@ -126,7 +134,7 @@ def _open_shards(folder: Path, index_path: Path, index: dict, ours: bool, verify
                 raise FormatError(f"{index_path}: shard {f} is missing") from None
             except FormatError as exc:
                 raise FormatError(f"{index_path}: shard {f} cannot be read: {exc}") from None
-            view = open_view(source, verify=verify)
+            view = open_view(source, verify=verify, anchor=shard_anchor)
             views.append(view)
             if save_id is not None:
                 mark = view.system_metadata.get(SHARD_KEY)

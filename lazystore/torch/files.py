@@ -21,6 +21,7 @@ from lazystore._core.torch_reads import tensors_of
 from lazystore.api import open as open_checkpoint
 from lazystore.api import open_bytes
 from lazystore.errors import InvalidInputError
+from lazystore.signing.anchor import refuse_unchecked
 from lazystore.writing.writer import Writer
 
 # safetensors' own I/O strategies; lazystore chooses its own (a map of a
@@ -55,7 +56,8 @@ def save(tensors: dict, metadata: Mapping | None = None, **options) -> bytes:
     return buffer.getvalue()
 
 
-def load_file(filename, device="cpu", keys=None, *, backend: str = "mmap", verify: bool = True) -> dict:
+def load_file(filename, device="cpu", keys=None, *, backend: str = "mmap", verify: bool = True, public_key=None,
+              signature=None, index_sha256: str | None = None) -> dict:
     """A dict of name to torch tensor on ``device`` ("cpu", "cuda:0", an int
     for a CUDA index, "meta", a torch.device).
 
@@ -69,9 +71,13 @@ def load_file(filename, device="cpu", keys=None, *, backend: str = "mmap", verif
     Every tensor is checked against its checksums before it is returned (a
     damaged one raises ``ls.ChecksumError`` naming it); ``verify=False``
     skips the check of raw tensors, as ``ls.load`` does.
+
+    ``public_key``, ``signature`` and ``index_sha256`` check a signed (or
+    pinned) checkpoint as ``ls.open`` does (see docs/signing.md).
     """
     dev = _device(device, backend)
-    with opened(filename) as ck:
+    refuse_unchecked(verify, public_key, index_sha256)
+    with opened(filename, public_key=public_key, signature=signature, index_sha256=index_sha256) as ck:
         return tensors_of(ck, keys, dev, verify=verify)
 
 
@@ -87,11 +93,12 @@ def load(data, *, verify: bool = True) -> dict:
 # -- shared with models.py and the safe_open handle ---------------------------------
 
 
-def opened(filename):
-    """``ls.open(filename)``; a missing file raises FileNotFoundError worded
-    as safetensors words it (``No such file or directory: <filename>``)."""
+def opened(filename, **trust):
+    """``ls.open(filename, **trust)`` (``trust``: its signature keywords); a
+    missing file raises FileNotFoundError worded as safetensors words it
+    (``No such file or directory: <filename>``)."""
     try:
-        return open_checkpoint(filename)
+        return open_checkpoint(filename, **trust)
     except FileNotFoundError:
         name = os.fspath(filename) if isinstance(filename, (str, os.PathLike)) else filename
         # No errno nor filename: with them, str() would be Python's wording.
