@@ -34,11 +34,12 @@ FORMAT_MAJOR = 1
 # A writer writes the oldest minor its file needs: BASE_MINOR unless a
 # tensor's dtype or codec is newer (docs/format.md §14), so a file that an
 # older 1.x reader can read also says it is for that reader.
-FORMAT_MINOR = 3
+FORMAT_MINOR = 4
 BASE_MINOR = 0
 # The newest minor a file without delta tensors can need (its dtypes'):
 # what an upload, which cannot rewrite its preamble, states.
 DTYPE_MINOR = 1
+TRUST_MINOR = 4  # the minor that added chunk digests and sealed (encrypted) codecs: issue 28
 DEFAULT_ALIGNMENT = 64  # tensor data starts here so mmap'd views are aligned
 MAX_INDEX_BYTES = 1 << 30  # refuse absurd indexes before allocating them
 TAIL_READ_BYTES = 64 << 10  # one read of the tail usually holds the whole index

@@ -30,10 +30,12 @@ from lazystore._native import layout as fmt
 from lazystore._native.base_ref import BASE_KEY, CONTENT_DELTA_MINOR
 from lazystore._native.entry_rules import size_problem
 from lazystore.codecs import RAW, codec_for
+from lazystore.codecs.sealed import sealed_codec_of
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.sinks import open_sink
 from lazystore.writing.delta_writer import DeltaBase
 from lazystore.writing.interface import TensorWriter
+from lazystore.writing.sealing import seal_window, sealer_for, with_member
 
 _DEFAULT = object()
 # A compressed tensor must save at least this fraction, else it is stored raw
@@ -86,6 +88,13 @@ class Writer(TensorWriter):
     the file a delta file (format 1.3): tensors the base holds with the same
     name, dtype and shape are coded against it (see
     :mod:`lazystore.writing.delta_writer`).
+
+    ``encryption_key`` (32 bytes, or a callable returning them, called
+    once) encrypts every tensor's bytes with AES-256-GCM, chunk by chunk,
+    and authenticates the index (format 1.4; see
+    :mod:`lazystore.writing.sealing`). Names, dtypes, shapes and metadata
+    stay readable without the key. ``_salt`` (32 bytes) is a test hook that
+    makes an encrypted file reproducible; never use it otherwise.
     """
 
     def __init__(
@@ -99,8 +108,11 @@ class Writer(TensorWriter):
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         storage_options: Mapping | None = None,
         base=None,
+        encryption_key=None,
+        _salt: bytes | None = None,
     ):
         codec, alignment, chunk_bytes = check_options(compression, compression_level, alignment, chunk_bytes)
+        self._sealer = sealer_for(encryption_key, _salt, base)  # None: plaintext
         self.path = path
         self.metadata = check_metadata(metadata)
         # lazystore's own entries (RESERVED_METADATA_PREFIX keys), set by
@@ -138,6 +150,8 @@ class Writer(TensorWriter):
         # reader of this major version accepts (docs/format.md §14).
         self._rewrite_head = self._sink.rewrite_head  # None: the head cannot be written again
         self._head_minor = fmt.BASE_MINOR if self._rewrite_head else fmt.DTYPE_MINOR
+        if self._sealer is not None:  # encrypted: 1.4, known now, so an upload states it too
+            self._head_minor = fmt.TRUST_MINOR
         self._minor = self._head_minor
         self._write(fmt.encode_preamble(self._head_minor))
 
@@ -219,6 +233,9 @@ class Writer(TensorWriter):
                         codec, planes = RAW, 1
                     else:
                         stored = encoded
+                if self._sealer is not None:  # after the final encoding; hashed sealed
+                    stored = seal_window(self._sealer, stored, name, len(lengths),
+                                         len(self._chunk_lengths) + len(lengths))
                 hashed = start_all(digest, stored)  # hashed on pool threads while we write
                 lengths += self._write_many(stored)
                 checksums.extend(hashed())
@@ -239,7 +256,8 @@ class Writer(TensorWriter):
         self._dims.extend(shape)
         self._entries.append(
             (data_offset, sum(lengths), nbytes, grid.n_chunks, grid.extent,
-             spec.code, codec.id, len(shape), grid.axis, planes, (0, 0, 0))
+             spec.code, sealed_codec_of(codec).id if self._sealer and nbytes else codec.id, len(shape),
+             grid.axis, planes, (0, 0, 0))
         )
 
     def close(self) -> None:
@@ -250,6 +268,7 @@ class Writer(TensorWriter):
         try:
             if self._base is not None and self._base.used:
                 self.system_metadata[BASE_KEY] = self._base.ref.to_json()
+            system = self.system_metadata if self._sealer is None else with_member(self.system_metadata, self._sealer)
             self._pad_to_alignment()
             index_offset = self._pos
             index = fmt.encode_index(
@@ -258,9 +277,11 @@ class Writer(TensorWriter):
                 _chunk_records(self._chunk_lengths, self._chunk_checksums, self._base_checksums,
                                self._base is not None and self._base.used),
                 "".join(n + "\0" for n in self._names).encode("utf-8"),
-                _encode_metadata({**_check_user_metadata(self.metadata), **self.system_metadata}),
+                _encode_metadata({**_check_user_metadata(self.metadata), **system}),
                 self._alignment,
             )
+            if self._sealer is not None:
+                index = self._sealer.patch(index)  # rule S5: the MAC of the index as written
             if len(index) > fmt.MAX_INDEX_BYTES:
                 raise InvalidInputError(f"index of {len(index)} bytes exceeds the format's limit")
             self._write(index)
