@@ -17,6 +17,7 @@ from pathlib import Path
 
 from lazystore._core import arguments, frameworks, staging, torch_reads
 from lazystore._core import torch_arrays as torch_adapter
+from lazystore._core.aead import resolve_key
 from lazystore._native.base_ref import BASE_KEY
 from lazystore.errors import BaseCheckpointError, InvalidInputError
 from lazystore.interop import targets
@@ -37,7 +38,7 @@ _WRITER_OPTIONS = ("alignment", "chunk_bytes")
 
 
 def open(path, *, verify: bool = False, storage_options: Mapping | None = None,  # noqa: A001 - ls.open reads as the built-in open does, on purpose
-         mmap: bool = True) -> ViewBase:
+         mmap: bool = True, encryption_key=None) -> ViewBase:
     """Open a checkpoint lazily: only the index is read (from a URL: at most
     two small requests, the object's size and its tail).
 
@@ -75,15 +76,25 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None, 
     ``path`` may also be a binary file object (``io.BytesIO``, an open
     file), as ``torch.load`` takes one: its bytes from its position on are
     read into memory and the view reads them there.
+
+    ``encryption_key`` (32 bytes, or a zero-argument callable returning
+    them, called once) reads an encrypted checkpoint (see :func:`save`).
+    Opening checks that it is the file's key (EncryptionKeyError if not)
+    and that the index is the one written (DecryptionError if not); every
+    chunk read is authenticated as it is decrypted. Without it, an
+    encrypted file still opens, and its names, dtypes, shapes and metadata
+    can be read: reading a tensor raises EncryptionKeyError. A key given
+    for a file that is not encrypted raises EncryptionKeyError.
     """
     if is_file_object(path):
-        return _open_in_memory(read_file_object(path), verify)
-    return open_path(path, verify=verify, storage_options=storage_options, mmap=mmap)
+        return _open_in_memory(read_file_object(path), verify, encryption_key)
+    return open_path(path, verify=verify, storage_options=storage_options, mmap=mmap, encryption_key=encryption_key)
 
 
 def save(obj, path, *, compression=None, compression_level: int | None = None,
          metadata: Mapping | None = None, storage_options: Mapping | None = None,
-         max_shard_size: int | None = None, blocking: bool = True, base=None, **writer_options):
+         max_shard_size: int | None = None, blocking: bool = True, base=None, encryption_key=None,
+         **writer_options):
     """Write a checkpoint atomically: a flat mapping of names to arrays, or any
     nested training state.
 
@@ -142,8 +153,19 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     bytes are written to the object at its position (a blocking save of one
     file only: no ``base``, ``max_shard_size``, ``storage_options`` or
     ``blocking=False``).
+
+    ``encryption_key`` (32 bytes, or a zero-argument callable returning
+    them, such as a KMS call, called once per save) encrypts the file:
+    every tensor's bytes are sealed with AES-256-GCM chunk by chunk, and the
+    index is authenticated (format 1.4; see docs/format.md, "Sealed
+    (encrypted) chunks"). Names, dtypes, shapes and metadata are not
+    encrypted. A sharded save encrypts each shard under its own salt; a
+    delta (``base``) or a safetensors file cannot be encrypted.
     """
     arguments.known_options(writer_options, _WRITER_OPTIONS, others=_SAVE_KEYWORDS)
+    encryption_key = resolve_key(encryption_key)
+    if encryption_key is not None:
+        writer_options["encryption_key"] = encryption_key
     if is_file_object(path):
         if base is not None or max_shard_size is not None or storage_options is not None or not blocking:
             raise InvalidInputError("a save to a file object is one blocking file: base, max_shard_size, "
@@ -159,7 +181,7 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
         # What opens the writer: one class or another, a TensorWriter each.
         writer: Callable[..., TensorWriter] = partial(ShardedWriter, max_shard_size=max_shard_size)
     elif (fmt := targets.format_of(path)) == "safetensors":
-        _check_safetensors(obj, path, compression=compression, base=base, options=writer_options)
+        _check_safetensors(obj, path, compression=compression, base=base, options=writer_options)  # refuses a key
         writer = partial(SafetensorsWriter, storage_options=storage_options)
     elif (refused := targets.refusal(path, fmt)) is not None:
         raise InvalidInputError(refused)
@@ -187,19 +209,19 @@ def _save_to_file_object(obj, f, **options) -> None:
             shutil.copyfileobj(src, f)
 
 
-def open_bytes(data, *, verify: bool = False) -> CheckpointView:
+def open_bytes(data, *, verify: bool = False, encryption_key=None) -> CheckpointView:
     """The view of a checkpoint held in bytes (what ``lazystore.torch.load``
     and ``lazystore.numpy.load`` read): lazystore or safetensors bytes,
     read where they are."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidInputError(f"expected the bytes of a checkpoint, got {type(data).__name__}")
-    return _open_in_memory(BytesSource(data), verify)
+    return _open_in_memory(BytesSource(data), verify, encryption_key)
 
 
-def _open_in_memory(source, verify: bool) -> CheckpointView:
+def _open_in_memory(source, verify: bool, encryption_key=None) -> CheckpointView:
     """The view of a checkpoint held in memory. A delta checkpoint is
     refused: its base is a file beside it, and bytes are beside nothing."""
-    ck = open_view(source, verify=verify)
+    ck = open_view(source, verify=verify, encryption_key=resolve_key(encryption_key))
     if BASE_KEY in ck.system_metadata:
         ck.close()
         raise BaseCheckpointError(f"{source.name} is a delta checkpoint: read it from its file, beside its base")
@@ -218,6 +240,8 @@ def _check_safetensors(obj, path, *, compression, base, options) -> None:
         why = refused
     elif base is not None:
         why = "a delta checkpoint (base=) is a lazystore file"
+    elif "encryption_key" in options:
+        why = "an encrypted checkpoint (encryption_key=) is a lazystore file"
     elif options:
         why = f"{', '.join(sorted(options))} set(s) the layout of a lazystore file"
     if why is not None:
@@ -225,7 +249,8 @@ def _check_safetensors(obj, path, *, compression, base, options) -> None:
                                 "Save to a .lzy name to write a lazystore file.")
 
 
-def load(path, keys=None, *, map_location=None, verify: bool = True, storage_options: Mapping | None = None):
+def load(path, keys=None, *, map_location=None, verify: bool = True, storage_options: Mapping | None = None,
+         encryption_key=None):
     """Read a checkpoint back, as it was saved.
 
     A flat checkpoint (no nested structure) gives a dict of names to arrays,
@@ -265,10 +290,12 @@ def load(path, keys=None, *, map_location=None, verify: bool = True, storage_opt
     the selected tensors' bytes are fetched: neighbouring ranges merged into
     one request, requests sent concurrently, every byte checked against its
     checksum.
+
+    ``encryption_key`` reads an encrypted checkpoint, as for :func:`open`.
     """
     # Checked by each load(verify=...) below, which checks what the file
     # records; open(verify=True) would refuse a file that records nothing.
-    with open(path, storage_options=storage_options) as ck:
+    with open(path, storage_options=storage_options, encryption_key=encryption_key) as ck:
         structure = ck.system_metadata.get(tree.TREE_KEY)
         if structure is None and frameworks.saved_from_torch(ck.metadata, ck.system_metadata):
             torch_adapter.require()

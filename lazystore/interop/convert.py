@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from lazystore._core.aead import ENCRYPTION_KEY
 from lazystore._core.blocks import blocks
 from lazystore._native.base_ref import BASE_KEY
 from lazystore.errors import ChecksumError, VerificationUnavailableError
@@ -37,13 +38,15 @@ COPY_BLOCK_BYTES = 16 << 20
 
 # Reserved members that say how the input is stored, not what it holds: a
 # copy stores its tensors its own way, so it never carries them.
-STORAGE_KEYS = frozenset({BASE_KEY})
+STORAGE_KEYS = frozenset({BASE_KEY, ENCRYPTION_KEY})
 
 # What a tensor whose own codec means nothing outside its file is written
 # with when no compression is asked for: a delta tensor (codec 2 or 3) is only a
 # difference from its base, and zstd keeps the copy about as compact (the
-# writer still stores it raw when zstd would save less than 1%).
-STANDALONE_CODECS = {"delta": "zstd"}
+# writer still stores it raw when zstd would save less than 1%); a sealed one
+# (codec 128 or 129) is written as its inner codec, sealed again if the
+# copy's writer encrypts.
+STANDALONE_CODECS = {"delta": "zstd", "sealed": None, "sealed+zstd": "zstd"}
 
 
 def carried_system_metadata(view) -> dict:

@@ -77,8 +77,9 @@ def _index_changed(path: Path, stamp: tuple) -> bool:
         return True
 
 
-def open_folder(folder, *, verify: bool = False, mmap: bool = True) -> ShardedView:
-    """The view of a sharded folder (lazystore's or Hugging Face's).
+def open_folder(folder, *, verify: bool = False, mmap: bool = True, encryption_key: bytes | None = None) -> ShardedView:
+    """The view of a sharded folder (lazystore's or Hugging Face's);
+    ``encryption_key`` opens every shard (each is encrypted under its own salt).
 
     A save may replace the folder's checkpoint while it is opened, removing
     the shards the old index named once the new index is in place; then the
@@ -92,7 +93,7 @@ def open_folder(folder, *, verify: bool = False, mmap: bool = True) -> ShardedVi
                               f"or {HF_INDEX_NAME})")
         index, stamp = _read_index_stamped(index_path)
         try:
-            return _open_shards(folder, index_path, index, index_path == ours, verify, mmap)
+            return _open_shards(folder, index_path, index, index_path == ours, verify, mmap, encryption_key)
         except (FormatError, FileNotFoundError):
             if attempt < OPEN_ATTEMPTS and _index_changed(index_path, stamp):
                 continue
@@ -100,7 +101,8 @@ def open_folder(folder, *, verify: bool = False, mmap: bool = True) -> ShardedVi
     raise AssertionError("unreachable")
 
 
-def _open_shards(folder: Path, index_path: Path, index: dict, ours: bool, verify: bool, mmap: bool) -> ShardedView:
+def _open_shards(folder: Path, index_path: Path, index: dict, ours: bool, verify: bool, mmap: bool,
+                 encryption_key: bytes | None) -> ShardedView:
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise FormatError(f"{index_path}: corrupt index: weight_map is not an object of names to files")
@@ -126,7 +128,7 @@ def _open_shards(folder: Path, index_path: Path, index: dict, ours: bool, verify
                 raise FormatError(f"{index_path}: shard {f} is missing") from None
             except FormatError as exc:
                 raise FormatError(f"{index_path}: shard {f} cannot be read: {exc}") from None
-            view = open_view(source, verify=verify)
+            view = open_view(source, verify=verify, encryption_key=encryption_key)
             views.append(view)
             if save_id is not None:
                 mark = view.system_metadata.get(SHARD_KEY)

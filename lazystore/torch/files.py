@@ -29,7 +29,7 @@ BACKENDS = ("mmap", "pread")
 # Why torch is needed, for the error when it is not installed.
 NEEDS_TORCH = "lazystore.torch reads and writes PyTorch tensors"
 # What ``**options`` may hold: the Writer's own keywords.
-OPTIONS = tuple(p for p in inspect.signature(Writer).parameters if p not in ("path", "metadata"))
+OPTIONS = tuple(p for p in inspect.signature(Writer).parameters if p not in ("path", "metadata", "_salt"))
 
 
 def save_file(tensors: dict, filename, metadata: Mapping | None = None, **options) -> None:
@@ -38,7 +38,7 @@ def save_file(tensors: dict, filename, metadata: Mapping | None = None, **option
     ``metadata`` is any JSON object (safetensors takes str to str; that is a
     special case). ``options`` are lazystore's writer options:
     ``compression`` ("zstd" or None), ``compression_level``, ``chunk_bytes``,
-    ``alignment``, ``storage_options``. Unlike safetensors, non-contiguous
+    ``alignment``, ``storage_options``, ``encryption_key`` (see ``ls.save``). Unlike safetensors, non-contiguous
     tensors are saved (as their values), and tensors that are one tensor
     under several names (a module registered twice, tied weights) are stored
     once and come back tied from :func:`load_file`.
@@ -54,7 +54,8 @@ def save(tensors: dict, metadata: Mapping | None = None, **options) -> bytes:
     return buffer.getvalue()
 
 
-def load_file(filename, device="cpu", keys=None, *, backend: str = "mmap", verify: bool = True) -> dict:
+def load_file(filename, device="cpu", keys=None, *, backend: str = "mmap", verify: bool = True,
+              encryption_key=None) -> dict:
     """A dict of name to torch tensor on ``device`` ("cpu", "cuda:0", an int
     for a CUDA index, "meta", a torch.device).
 
@@ -67,10 +68,11 @@ def load_file(filename, device="cpu", keys=None, *, backend: str = "mmap", verif
 
     Every tensor is checked against its checksums before it is returned (a
     damaged one raises ``ls.ChecksumError`` naming it); ``verify=False``
-    skips the check of raw tensors, as ``ls.load`` does.
+    skips the check of raw tensors, as ``ls.load`` does. ``encryption_key``
+    reads an encrypted file, as ``ls.open`` does.
     """
     dev = _device(device, backend)
-    with opened(filename) as ck:
+    with opened(filename, encryption_key) as ck:
         return tensors_of(ck, keys, dev, verify=verify)
 
 
@@ -86,11 +88,11 @@ def load(data, *, verify: bool = True) -> dict:
 # -- shared with models.py and the safe_open handle ---------------------------------
 
 
-def opened(filename):
-    """``ls.open(filename)``; a missing file raises FileNotFoundError worded
+def opened(filename, encryption_key=None):
+    """``ls.open(filename, encryption_key=...)``; a missing file raises FileNotFoundError worded
     as safetensors words it (``No such file or directory: <filename>``)."""
     try:
-        return open_checkpoint(filename)
+        return open_checkpoint(filename, encryption_key=encryption_key)
     except FileNotFoundError:
         name = os.fspath(filename) if isinstance(filename, (str, os.PathLike)) else filename
         # No errno nor filename: with them, str() would be Python's wording.

@@ -38,9 +38,10 @@ class safe_open:  # lower case: safetensors' name, so migrating is an import cha
     view of it, so writing to it never changes the file. ``get_slice``
     reads only the chunks its index touches, unchecked for raw tensors
     (zero-copy, as ``ck[name]``; compressed chunks are always checked).
+    ``encryption_key`` reads an encrypted file, as ``ls.open`` does.
     """
 
-    def __init__(self, filename, framework: str = "pt", device="cpu", *, backend: str = "mmap"):
+    def __init__(self, filename, framework: str = "pt", device="cpu", *, backend: str = "mmap", encryption_key=None):
         self._framework = FRAMEWORKS.get(framework) if isinstance(framework, str) else None
         if self._framework is None:
             raise InvalidInputError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
@@ -53,7 +54,7 @@ class safe_open:  # lower case: safetensors' name, so migrating is an import cha
             self._device = None
         else:
             raise InvalidInputError(f"framework='np' gives numpy arrays, which live on the CPU; got device={device!r}")
-        self._view = files.opened(filename)
+        self._view = files.opened(filename, encryption_key)
         try:
             self._names = list(self._view)
             self._aliases = ties.read_aliases(self._view.system_metadata, self._names)

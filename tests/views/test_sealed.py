@@ -1,0 +1,355 @@
+"""Encrypted checkpoints (format 1.4, sealed codecs 128 and 129), through
+the public API: what round-trips, what needs the key, and that every
+tampering the design lists is refused with a lazystore error naming what
+was hit, never garbage."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+
+import numpy as np
+import pytest
+import xxhash
+
+import lazystore as ls
+from lazystore._core import aead
+from lazystore._native.layout import INDEX_HEADER, TRAILER
+from lazystore.views import chunk_reader
+
+pytest.importorskip("cryptography")
+
+KEY = bytes(range(32))
+OTHER = bytes(32)
+
+
+@pytest.fixture
+def tensors():
+    rng = np.random.default_rng(0)
+    return {
+        "w": rng.standard_normal((64, 100)).astype(np.float32),  # 4 raw chunks of 16 rows
+        "ids": (np.arange(4000) % 7).astype(np.int64),  # compresses: sealed zstd
+        "empty": np.zeros((0, 3), np.float16),
+        "scalar": np.array(3.5),
+    }
+
+
+@pytest.fixture
+def sealed(tmp_path, tensors):
+    path = tmp_path / "sealed.lzy"
+    with ls.Writer(path, encryption_key=KEY, chunk_bytes=6400, metadata={"run": "a"}) as w:
+        for name, value in tensors.items():
+            w.add(name, value, compression="zstd" if name == "ids" else None)
+    return path
+
+
+def _same(got: dict, want: dict) -> None:
+    assert list(got) == list(want)
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value)
+        assert got[name].dtype == value.dtype
+
+
+# -- reading with the key ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mmap", [True, False])
+def test_an_encrypted_file_reads_back_with_its_key(sealed, tensors, mmap):
+    with ls.open(sealed, encryption_key=KEY, mmap=mmap) as ck:
+        assert ck.format_version == (1, 4)
+        _same({n: ck[n] for n in ck}, tensors)
+        _same(ck.load(), tensors)
+        np.testing.assert_array_equal(ck.get_slice("w")[10:30, 5], tensors["w"][10:30, 5])
+        assert ck.verify() == []
+        assert [ck.info(n).compression for n in ck] == ["sealed", "sealed+zstd", None, "sealed"]
+
+
+def test_from_bytes_and_from_a_file_object(sealed, tensors):
+    with ls.open(io.BytesIO(sealed.read_bytes()), encryption_key=KEY) as ck:
+        _same(ck.load(), tensors)
+    with sealed.open("rb") as f, ls.open(f, encryption_key=KEY) as ck:
+        _same(ck.load(), tensors)
+
+
+def test_ls_save_and_load_with_a_callable_key_called_once_each(tmp_path, tensors):
+    calls = []
+
+    def kms():
+        calls.append(1)
+        return KEY
+
+    path = tmp_path / "m.lzy"
+    ls.save(tensors, path, encryption_key=kms, compression="zstd")
+    assert calls == [1]
+    _same(ls.load(path, encryption_key=kms), tensors)
+    assert calls == [1, 1]
+
+
+def test_a_sealed_tensor_is_a_decrypted_copy_never_a_view_of_the_file(sealed, tensors):
+    with ls.open(sealed, encryption_key=KEY) as ck:
+        w = ck["w"]
+        assert w.flags.writeable  # a raw tensor of a plain file is a read-only view of its map
+        w[:] = 0
+        np.testing.assert_array_equal(ck["w"], tensors["w"])
+
+
+def test_ciphertext_is_what_the_file_holds(sealed, tensors):
+    blob = sealed.read_bytes()
+    assert tensors["w"][:16].tobytes() not in blob  # the first chunk's plaintext is nowhere
+    with ls.open(sealed) as ck:
+        assert ck.info("w").stored_nbytes == tensors["w"].nbytes + 4 * aead.TAG_BYTES
+
+
+def test_get_slice_of_ten_rows_opens_one_chunk(tmp_path, monkeypatch):
+    big = np.arange(4096 * 256, dtype=np.float32).reshape(4096, 256)  # 4 MiB in 1 MiB chunks
+    path = tmp_path / "big.lzy"
+    ls.save({"big": big}, path, encryption_key=KEY, chunk_bytes=1 << 20)
+    opened = []
+    real = aead.Opener.open_into
+
+    def counting(self, blob, target, name, c, g):
+        opened.append(c)
+        real(self, blob, target, name, c, g)
+
+    monkeypatch.setattr(aead.Opener, "open_into", counting)
+    with ls.open(path, encryption_key=KEY) as ck:
+        assert ck.info("big").chunk_count == 4
+        np.testing.assert_array_equal(ck.get_slice("big")[2000:2010], big[2000:2010])
+    assert opened == [1]
+
+
+# -- without the key, with the wrong one ---------------------------------------------------
+
+
+def test_names_shapes_and_metadata_need_no_key(sealed, tensors):
+    with ls.open(sealed) as ck:
+        assert list(ck) == list(tensors)
+        assert ck.info("w").shape == (64, 100) and ck.metadata == {"run": "a"}
+        assert ck["empty"].shape == (0, 3)  # no chunks: nothing is sealed
+        assert ck.verify() == []  # the stored ciphertext's checksums
+        with pytest.raises(ls.EncryptionKeyError, match=r"tensor 'w' of .*sealed.lzy is encrypted"):
+            ck["w"]
+        with pytest.raises(ls.EncryptionKeyError, match="tensor 'ids'"):
+            ck.get_slice("ids")[:3]
+    with pytest.raises(ls.EncryptionKeyError, match="tensor 'w'"):
+        ls.load(sealed)
+
+
+def test_a_wrong_key_is_refused_on_open(sealed):
+    with pytest.raises(ls.EncryptionKeyError, match=r"this key does not open .*sealed.lzy"):
+        ls.open(sealed, encryption_key=OTHER)
+
+
+def test_a_plaintext_file_is_refused_when_a_key_is_given(tmp_path, tensors):
+    path = tmp_path / "plain.lzy"
+    ls.save(tensors, path)  # a file substituted for the encrypted one
+    with pytest.raises(ls.EncryptionKeyError, match=r"plain.lzy is not encrypted"):
+        ls.load(path, encryption_key=KEY)
+
+
+# -- tampering -----------------------------------------------------------------------------
+
+
+def _trailer(blob: bytes) -> dict:
+    offset, length, checksum, major, minor, _, _ = TRAILER.unpack_from(blob, len(blob) - TRAILER.size)
+    return {"offset": offset, "length": length}
+
+
+def _with_index(blob: bytes, index: bytes) -> bytes:
+    """``blob`` with its index replaced by ``index`` (the same length) and
+    the trailer's xxh3 recomputed: what anyone who can write the file can do."""
+    t = _trailer(blob)
+    assert len(index) == t["length"]
+    trailer = bytearray(blob[-TRAILER.size :])
+    struct.pack_into("<Q", trailer, 16, xxhash.xxh3_64_intdigest(index))
+    return blob[: t["offset"]] + index + bytes(trailer)
+
+
+def _records(blob: bytes) -> tuple[int, int]:
+    """Where the chunk records start in the file, and their size."""
+    t = _trailer(blob)
+    h = INDEX_HEADER.unpack_from(blob, t["offset"])
+    entry_size, record_size, tensors, dims = h[0], h[1], h[2], h[3]
+    return t["offset"] + INDEX_HEADER.size + tensors * entry_size + dims * 8, record_size
+
+
+def _chunk_at(path, name: str, c: int) -> tuple[int, int]:
+    with ls.open(path) as ck:
+        info = ck.info(name)
+    stored = info.stored_nbytes // info.chunk_count  # the tests' tensors have equal chunks
+    return info.offset + c * stored, stored
+
+
+def _write(path, blob: bytes):
+    path.unlink()  # never rewrite a file a view may still map
+    path.write_bytes(blob)
+
+
+def test_swapping_two_chunks_is_detected(sealed):
+    a, n = _chunk_at(sealed, "w", 0)
+    b, _ = _chunk_at(sealed, "w", 1)
+    blob = bytearray(sealed.read_bytes())
+    blob[a : a + n], blob[b : b + n] = blob[b : b + n], blob[a : a + n]
+    _write(sealed, bytes(blob))
+    with ls.open(sealed, encryption_key=KEY) as ck, pytest.raises(ls.ChecksumError, match="tensor 'w' chunk 0"):
+        ck["w"]
+
+
+def test_a_swap_that_passes_xxh3_fails_the_tag(sealed, monkeypatch):
+    """An attacker who also defeats xxh3 (say, by a collision) still fails
+    the tag: the nonce and associated data are the chunk's place."""
+    a, n = _chunk_at(sealed, "w", 0)
+    b, _ = _chunk_at(sealed, "w", 1)
+    blob = bytearray(sealed.read_bytes())
+    blob[a : a + n], blob[b : b + n] = blob[b : b + n], blob[a : a + n]
+    _write(sealed, bytes(blob))
+    monkeypatch.setattr(chunk_reader.ChunkReader, "_check", lambda self, data, entry, c: None)
+    with ls.open(sealed, encryption_key=KEY) as ck:
+        with pytest.raises(ls.DecryptionError, match=r"tensor 'w' chunk [01]: authentication failed"):
+            ck["w"]
+        assert ck.verify() == ["w"]
+
+
+def test_a_tampered_chunk_with_its_checksums_recomputed_is_refused(sealed, monkeypatch):
+    """Flip a ciphertext byte and rewrite the chunk's xxh3 and the trailer's:
+    the index MAC refuses the file on open; and were the MAC not checked,
+    the tag would refuse the chunk, naming it."""
+    start, n = _chunk_at(sealed, "w", 2)
+    blob = bytearray(sealed.read_bytes())
+    blob[start + 5] ^= 1
+    records, size = _records(bytes(blob))
+    struct.pack_into("<Q", blob, records + 2 * size + 8, xxhash.xxh3_64_intdigest(bytes(blob[start : start + n])))
+    t = _trailer(bytes(blob))
+    _write(sealed, _with_index(bytes(blob), bytes(blob[t["offset"] : t["offset"] + t["length"]])))
+    with ls.open(sealed) as ck:
+        assert ck.verify() == []  # xxh3 alone is fooled
+    with pytest.raises(ls.DecryptionError, match=r"index of .*sealed.lzy was modified"):
+        ls.open(sealed, encryption_key=KEY)
+    monkeypatch.setattr(aead.FileKeys, "index_mac", lambda self, index: json.loads(_metadata(sealed))[
+        aead.ENCRYPTION_KEY]["index_mac"])
+    with ls.open(sealed, encryption_key=KEY) as ck, \
+            pytest.raises(ls.DecryptionError, match="tensor 'w' chunk 2: authentication failed"):
+        ck["w"]
+
+
+def _metadata(path) -> bytes:
+    blob = path.read_bytes()
+    t = _trailer(blob)
+    h = INDEX_HEADER.unpack_from(blob, t["offset"])
+    return blob[t["offset"] + t["length"] - h[6] : t["offset"] + t["length"]]
+
+
+def test_truncating_a_chunk_is_detected(sealed):
+    """A shorter chunk means a changed record (the MAC fails) or bytes that
+    no longer match it (its checksum fails)."""
+    blob = sealed.read_bytes()
+    records, size = _records(blob)
+    cut = bytearray(blob)
+    stored = struct.unpack_from("<Q", cut, records + 3 * size)[0]
+    struct.pack_into("<Q", cut, records + 3 * size, stored - aead.TAG_BYTES)  # w's last chunk loses its tag
+    t = _trailer(blob)
+    _write(sealed, _with_index(bytes(cut), bytes(cut[t["offset"] : t["offset"] + t["length"]])))
+    with pytest.raises(ls.DecryptionError, match="was modified"):
+        ls.open(sealed, encryption_key=KEY)
+
+
+def test_an_edited_index_fails_the_mac(sealed):
+    blob = sealed.read_bytes()
+    t = _trailer(blob)
+    index = blob[t["offset"] : t["offset"] + t["length"]]
+    assert index.count(b'"run":"a"') == 1
+    _write(sealed, _with_index(blob, index.replace(b'"run":"a"', b'"run":"b"')))
+    with ls.open(sealed) as ck:
+        assert ck.metadata == {"run": "b"}  # without the key nothing is authenticated
+    with pytest.raises(ls.DecryptionError, match="index of .*sealed.lzy was modified"):
+        ls.open(sealed, encryption_key=KEY)
+
+
+def test_renaming_a_tensor_fails_the_mac(sealed):
+    blob = sealed.read_bytes()
+    t = _trailer(blob)
+    index = blob[t["offset"] : t["offset"] + t["length"]]
+    _write(sealed, _with_index(blob, index.replace(b"ids\0", b"idz\0")))
+    with pytest.raises(ls.DecryptionError, match="was modified"):
+        ls.open(sealed, encryption_key=KEY)
+
+
+# -- every save path ---------------------------------------------------------------------------
+
+
+def test_a_sharded_save_seals_each_shard_under_its_own_salt(tmp_path, tensors):
+    folder = tmp_path / "shards"
+    ls.save(tensors, folder, max_shard_size=20_000, encryption_key=KEY)
+    shards = sorted(folder.glob("*.lzy"))
+    assert len(shards) > 1
+    salts = set()
+    for shard in shards:
+        with ls.open(shard) as ck:
+            salts.add(ck.system_metadata[aead.ENCRYPTION_KEY]["salt"])
+    assert len(salts) == len(shards)
+    _same(ls.load(folder, encryption_key=KEY), tensors)
+    with pytest.raises(ls.EncryptionKeyError, match="does not open"):
+        ls.open(folder, encryption_key=OTHER)
+
+
+@pytest.mark.parametrize(("target", "options", "why"), [
+    ("m.safetensors", {}, "an encrypted checkpoint .* is a lazystore file"),
+    ("m.lzy", {"base": "base.lzy"}, "sealed deltas are not supported"),
+])
+def test_what_cannot_be_encrypted_is_refused(tmp_path, tensors, target, options, why):
+    if "base" in options:
+        ls.save(tensors, tmp_path / "base.lzy")
+        options = {"base": tmp_path / "base.lzy"}
+    with pytest.raises(ls.InvalidInputError, match=why):
+        ls.save(tensors, tmp_path / target, encryption_key=KEY, **options)
+    assert not (tmp_path / target).exists()
+
+
+def test_an_upload_states_1_4_from_its_first_bytes(tensors):
+    path = "memory://sealed/m.lzy"
+    ls.save(tensors, path, encryption_key=KEY)
+    with ls.open(path, encryption_key=KEY) as ck:
+        assert ck.format_version == (1, 4)
+        _same(ck.load(), tensors)
+
+
+def test_checkpoint_manager_encrypts_and_refuses_deltas(tmp_path, tensors):
+    with pytest.raises(ls.InvalidInputError, match="sealed .* deltas are not supported"):
+        ls.CheckpointManager(tmp_path / "d", delta=True, encryption_key=KEY)
+    with ls.CheckpointManager(tmp_path / "c", keep_last=2, encryption_key=lambda: KEY) as mgr:
+        mgr.save(1, tensors)
+        mgr.save(2, tensors)
+        _same(mgr.restore(), tensors)
+        with mgr.open() as ck:
+            assert ck.info("w").compression == "sealed"
+        assert mgr.damaged() == {}
+    with pytest.raises(ls.EncryptionKeyError):
+        ls.load(mgr.path(2))
+
+
+def test_torch_save_file_load_file_and_safe_open(tmp_path):
+    torch = pytest.importorskip("torch")
+    from lazystore.torch import load_file, save_file
+
+    state = {"w": torch.arange(12.0).reshape(3, 4), "b": torch.ones(4)}
+    path = tmp_path / "t.lzy"
+    save_file(state, path, encryption_key=KEY)
+    loaded = load_file(path, encryption_key=KEY)
+    assert all(torch.equal(loaded[n], state[n]) for n in state)
+    with ls.safe_open(path, "pt", encryption_key=KEY) as f:
+        assert torch.equal(f.get_tensor("w"), state["w"]) and torch.equal(f.get_slice("w")[1:], state["w"][1:])
+    with pytest.raises(ls.EncryptionKeyError):
+        load_file(path)
+
+
+def test_convert_writes_a_copy_of_an_encrypted_file_in_plaintext(sealed, tmp_path, tensors):
+    from lazystore.interop import to_lazystore
+
+    out = tmp_path / "plain.lzy"
+    with ls.open(sealed, encryption_key=KEY) as ck:
+        to_lazystore(ck, out)
+    with ls.open(out) as ck:
+        assert aead.ENCRYPTION_KEY not in ck.system_metadata
+        assert ck.info("ids").compression == "zstd"
+        _same(ck.load(), tensors)
