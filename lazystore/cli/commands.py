@@ -16,7 +16,8 @@ from collections.abc import Mapping
 import lazystore as ls
 from lazystore._core.batching import batch_by_bytes
 from lazystore.cli.errors import CliError, about
-from lazystore.cli.inputs import Tensors, dcp_folder, open_input
+from lazystore.cli.inputs import Tensors, dcp_folder, is_encrypted, open_input
+from lazystore.cli.keys import key_from
 from lazystore.cli.outputs import open_output, output_format
 from lazystore.cli.progress import progress
 from lazystore.cli.text import (
@@ -45,7 +46,7 @@ PROGRESS_STEP_BYTES = 64 << 20
 
 
 def cmd_info(args) -> int:
-    with open_input(args.path) as ck, about(args.path):
+    with open_input(args.path, encryption_key=key_from(args)) as ck, about(args.path):
         infos = [ck.info(n) for n in ck]
         nbytes, stored = ck.nbytes, ck.stored_nbytes
         codecs: dict[str, int] = {}
@@ -64,6 +65,7 @@ def cmd_info(args) -> int:
             "codecs": codecs,
             "dtypes": dtypes,
             "nested": TREE_KEY in ck.system_metadata,
+            "encrypted": any(c.startswith("sealed") for c in codecs),
             "metadata": ck.metadata,
             "system_metadata_keys": sorted(ck.system_metadata),
         }
@@ -80,6 +82,7 @@ def cmd_info(args) -> int:
         ("compression", _ratio_text(r, codecs)),
         ("dtypes", ", ".join(f"{n} {d}" for d, n in sorted(dtypes.items())) or "-"),
         ("nested state", "yes (ls.load rebuilds the saved structure)" if summary["nested"] else "no"),
+        ("encrypted", "yes (tensor bytes; names, shapes and metadata are not)" if summary["encrypted"] else "no"),
     ]
     width = max(len(k) for k, _ in rows) + 1
     for key, value in rows:
@@ -101,7 +104,7 @@ def _ratio_text(r: float | None, codecs: dict[str, int]) -> str:
 
 
 def cmd_ls(args) -> int:
-    with open_input(args.path) as ck, about(args.path):
+    with open_input(args.path, encryption_key=key_from(args)) as ck, about(args.path):
         try:
             view = ck if args.glob is None else ck.select(args.glob)
         except ls.TensorNotFoundError:  # a finding, not an error: exit code 1
@@ -125,7 +128,7 @@ def cmd_ls(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    with open_input(args.path, stream=True) as ck, about(args.path):
+    with open_input(args.path, stream=True, encryption_key=key_from(args)) as ck, about(args.path):
         # A view of no tensors verifies just the preamble (which opening a
         # local file has already checked; other sources check it here).
         ck.select([]).verify()
@@ -182,11 +185,15 @@ def cmd_convert(args) -> int:
     _check_level(args)
     if dcp_folder(args.src):
         return _consolidate(args)
-    with open_input(args.src, verify=True, stream=True) as ck:
+    key = key_from(args)
+    # The key opens SRC if it is encrypted, and encrypts DST unless --decrypt.
+    with open_input(args.src, verify=True, stream=True,
+                    encryption_key=key if key is not None and is_encrypted(args.src) else None) as ck:
         with about(args.src):
             metadata, system_metadata = carried_metadata(ck)
         with open_output(args.dst, metadata=metadata, system_metadata=system_metadata,
-                         compression_level=args.level, max_shard_size=args.max_shard_size) as out, \
+                         compression_level=args.level, max_shard_size=args.max_shard_size,
+                         encryption_key=None if args.decrypt else key) as out, \
                 about(args.dst):
             _copy({n: (args.src, ck) for n in ck}, out, args.compression, "convert")
         count, nbytes = len(ck), ck.nbytes
@@ -197,6 +204,9 @@ def cmd_convert(args) -> int:
 def _consolidate(args) -> int:
     """convert of a DCP checkpoint folder: :func:`lazystore.dcp.consolidate`,
     into one lazystore file."""
+    if key_from(args) is not None:
+        raise CliError(f"{args.src}: a DCP checkpoint is consolidated unencrypted; encrypt the result with a "
+                       "second convert")
     if args.max_shard_size is not None or output_format(args.dst) != "lazystore":
         raise CliError(f"{args.dst}: a DCP checkpoint is consolidated into one lazystore file (.lzy); "
                        "--max-shard-size and other output formats are not supported for DCP input")

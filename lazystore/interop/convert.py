@@ -136,7 +136,7 @@ def _open(src):
     return open_verified(src, mmap=False), True, True
 
 
-def open_verified(path, *, mmap: bool = True):
+def open_verified(path, *, mmap: bool = True, encryption_key=None):
     """``ls.open(path, verify=True)``, every read checked against what the
     file records, for a reader that must not pass on unchecked bytes (the
     converters, ``lazystore convert``, ``merge`` and ``diff``). A file that
@@ -144,9 +144,9 @@ def open_verified(path, *, mmap: bool = True):
     ``ls.open(verify=True)`` refuses, opens as it is: there is nothing to
     check its reads against, and it is read as it is."""
     try:
-        return open_path(path, verify=True, mmap=mmap)
+        return open_path(path, verify=True, mmap=mmap, encryption_key=encryption_key)
     except VerificationUnavailableError:
-        return open_path(path, mmap=mmap)
+        return open_path(path, mmap=mmap, encryption_key=encryption_key)
 
 
 def to_safetensors(src, dst, *, storage_options: Mapping | None = None) -> None:
