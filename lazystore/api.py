@@ -34,7 +34,7 @@ from lazystore.writing.interface import TensorWriter
 from lazystore.writing.writer import Writer
 
 # The Writer options save passes on as they are (the others are save's own).
-_WRITER_OPTIONS = ("alignment", "chunk_bytes")
+_WRITER_OPTIONS = ("alignment", "chunk_bytes", "digest")
 
 
 def open(path, *, verify: bool = False, storage_options: Mapping | None = None,  # noqa: A001 - ls.open reads as the built-in open does, on purpose

@@ -151,3 +151,19 @@ def __getattr__(name: str):
     warnings.warn(f"lazystore.{name} is deprecated: it is another name of lazystore.{new} (the same class); "
                   f"use {new}", DeprecationWarning, stacklevel=2)
     return globals()[new]
+
+
+class DigestError(ChecksumError):
+    """A chunk's stored bytes (or, for a delta chunk, its base's decoded
+    bytes) do not match the cryptographic digest (BLAKE3 or SHA-256,
+    format 1.4) recorded for them: damaged, or tampered with. The message
+    names the tensor and the chunk."""
+
+    def __init__(self, what: str, expected: bytes | None = None, actual: bytes | None = None,
+                 algorithm: str = "digest"):
+        super().__init__(what)
+        if expected is not None and actual is not None:
+            self.args = (f"{algorithm} digest mismatch in {what}: stored {expected.hex()}, computed {actual.hex()}",)
+        self.algorithm = algorithm
+        self.expected_digest = expected
+        self.actual_digest = actual

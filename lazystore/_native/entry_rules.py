@@ -63,6 +63,7 @@ class Layout(NamedTuple):
     n_tensors: int  # tensors in the index (not ``count``, which would shadow tuple.count)
     minor: int | None = None  # the file's minor version (rules C4, C5); None for a foreign file
     base_checksums: bool = False  # its chunk records hold base checksums (format 1.3, rule C5)
+    no_base_digests: bool = False  # it has chunk digests but records without base digests (format 1.4, rule G1)
 
 
 class Fields(NamedTuple):
@@ -196,6 +197,8 @@ def chunk_and_place_rules(e: Fields, chunks, layout: Layout) -> tuple[Broken, An
          e.content & (not layout.base_checksums)),  # C5
         (f"sealed codec in a format 1.{layout.minor} file (codecs 128 and 129 are format 1.4)",
          e.sealed & _older_than(layout, 4)),  # S3
+        (f"codec {CONTENT_DELTA_CODEC} in a file with chunk digests but chunk records without base digests",
+         e.content & layout.no_base_digests),  # G1
         ("stored size differs from the sum of its chunks", chunks.sum_differs(e.stored_nbytes)),  # L2
     ]
     if not layout.packed:

@@ -32,7 +32,7 @@ from lazystore._core import strict_json
 from lazystore._core.chunking import ChunkGrid
 from lazystore._core.dtypes import BY_CODE
 from lazystore._core.keys import KeyTable
-from lazystore._native import entry_batch, entry_rules
+from lazystore._native import chunk_digests, entry_batch, entry_rules
 from lazystore._native import layout as fmt
 from lazystore._native.base_ref import BASE_KEY, parse_base_ref
 from lazystore._native.entry_rules import Description
@@ -167,12 +167,16 @@ class Index:
             raise FormatError(f"the index starts at {data_end} but an empty file's data ends at {self.data_start}")
         self.identity: tuple[int, int] | None = None  # (index checksum, length), from a lazystore trailer
         self.sealing: SealedIndex | None = None  # an encrypted file's (format 1.4): set by parse
+        # The chunks' cryptographic digests (format 1.4, rule G1), where the file declares them.
+        self.digests = chunk_digests.declared(self.system_metadata, raw, minor if self.packed else None)
         self._validated: dict[int, Entry] = {}
         self._refused: dict[int, tuple[int, int, str]] = {}  # position -> (dtype code, codec, message)
         self._described: dict[tuple, object] = {}  # see entry_batch.check_batch
         self._run = FIRST_RUN
         self._layout = entry_rules.Layout(self.packed, self.data_start, data_end, self.alignment, self.count,
-                                          minor, raw.base_checksums is not None)
+                                          minor, raw.base_checksums is not None,
+                                          self.digests is not None and self.digests.rows is not None
+                                          and self.digests.base_rows is None)
         # Made on first use (see _batch_sections): opening costs nothing per entry.
         self._sections: entry_batch.Sections | None = None
         self._checked: np.ndarray | None = None  # per entry: validated or refused, for batches

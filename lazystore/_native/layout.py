@@ -30,7 +30,8 @@ MAGIC = b"\x89LZY\r\n\x1a\n"  # like PNG's: catches 7-bit and newline mangling
 FORMAT_MAJOR = 1
 # The newest minor version this package reads and writes (1.1 added dtype
 # codes 18-22, 1.2 codec 2: tensors stored as deltas against a base file,
-# 1.3 codec 3: deltas against a base identified by its content).
+# 1.3 codec 3: deltas against a base identified by its content, 1.4 chunk
+# digests and sealed codecs).
 # A writer writes the oldest minor its file needs: BASE_MINOR unless a
 # tensor's dtype or codec is newer (docs/format.md §14), so a file that an
 # older 1.x reader can read also says it is for that reader.
@@ -70,10 +71,19 @@ CHUNK_DTYPE = np.dtype([("stored_nbytes", "<u8"), ("checksum", "<u8")])
 # the xxh3 of the decoded bytes of the base chunk a delta chunk was coded
 # against (0 for any other chunk). Other files keep 16-byte records.
 WIDE_CHUNK_DTYPE = np.dtype([("stored_nbytes", "<u8"), ("checksum", "<u8"), ("base_checksum", "<u8")])
+# Format 1.4 appends, in files that declare chunk digests (the member
+# __lazystore_digest__), the 32-byte digest of each chunk's stored bytes
+# (56-byte records), and in such files with codec-3 tensors the digest of
+# the decoded base chunk a delta chunk was coded against (88 bytes).
+DIGEST_CHUNK_DTYPE = np.dtype(WIDE_CHUNK_DTYPE.descr + [("digest", "u1", (32,))])
+DELTA_DIGEST_CHUNK_DTYPE = np.dtype(DIGEST_CHUNK_DTYPE.descr + [("base_digest", "u1", (32,))])
+# The records a writer writes, narrowest first; any other is written as CHUNK_DTYPE.
+RECORD_DTYPES = (CHUNK_DTYPE, WIDE_CHUNK_DTYPE, DIGEST_CHUNK_DTYPE, DELTA_DIGEST_CHUNK_DTYPE)
 DIM_DTYPE = np.dtype("<u8")
 
 assert PREAMBLE.size == 16 and TRAILER.size == 40 and INDEX_HEADER.size == 64
 assert ENTRY_DTYPE.itemsize == 48 and CHUNK_DTYPE.itemsize == 16 and WIDE_CHUNK_DTYPE.itemsize == 24
+assert DIGEST_CHUNK_DTYPE.itemsize == 56 and DELTA_DIGEST_CHUNK_DTYPE.itemsize == 88
 
 
 def align_up(offset: int, alignment: int) -> int:
@@ -169,6 +179,10 @@ class RawIndex:
     alignment: int
     # Each chunk record's base_checksum (format 1.3), where the records hold one.
     base_checksums: np.ndarray | None = None
+    # Each chunk record's digest and base_digest (format 1.4), as (n, 32)
+    # uint8 rows, where the records are wide enough to hold them.
+    digests: np.ndarray | None = None
+    base_digests: np.ndarray | None = None
 
 
 def encode_index(
@@ -179,9 +193,10 @@ def encode_index(
     metadata: bytes,
     alignment: int,
 ) -> bytes:
-    """The index's bytes. ``chunks`` of WIDE_CHUNK_DTYPE give 24-byte chunk
-    records (format 1.3), of CHUNK_DTYPE the 16-byte ones of 1.0."""
-    wide = chunks.dtype == WIDE_CHUNK_DTYPE
+    """The index's bytes. ``chunks`` of one of RECORD_DTYPES give records
+    of its size (24 bytes: format 1.3; 56 or 88: 1.4), of any other dtype
+    the 16-byte ones of 1.0."""
+    wide = chunks.dtype in RECORD_DTYPES
     header = INDEX_HEADER.pack(
         ENTRY_DTYPE.itemsize,
         chunks.dtype.itemsize if wide else CHUNK_DTYPE.itemsize,
@@ -255,7 +270,16 @@ def decode_index(buf) -> RawIndex:
     if chunk_record_size >= WIDE_CHUNK_DTYPE.itemsize:
         wide = _records(sections[2], n_chunks, chunk_record_size, WIDE_CHUNK_DTYPE)
         base_checksums = np.ascontiguousarray(wide["base_checksum"])
-    return RawIndex(entries, dims, chunks, bytes(sections[3]), bytes(sections[4]), alignment, base_checksums)
+    digests = base_digests = None
+    if chunk_record_size >= DIGEST_CHUNK_DTYPE.itemsize:
+        widest = DELTA_DIGEST_CHUNK_DTYPE if chunk_record_size >= DELTA_DIGEST_CHUNK_DTYPE.itemsize \
+            else DIGEST_CHUNK_DTYPE
+        records = _records(sections[2], n_chunks, chunk_record_size, widest)
+        digests = np.ascontiguousarray(records["digest"])
+        if widest is DELTA_DIGEST_CHUNK_DTYPE:
+            base_digests = np.ascontiguousarray(records["base_digest"])
+    return RawIndex(entries, dims, chunks, bytes(sections[3]), bytes(sections[4]), alignment, base_checksums,
+                    digests, base_digests)
 
 
 def _records(section, count: int, record_size: int, dtype: np.dtype) -> np.ndarray:

@@ -287,6 +287,13 @@ class Bases:
             f"is not the content it was coded against: it was replaced or rewritten since ({what} was coded "
             f"against base bytes of xxh3 {expected:016x}, the base's decode to {actual:016x})")
 
+    def changed_digest(self, what: str, algorithm: str, expected: bytes, actual: bytes) -> BaseCheckpointError:
+        """:meth:`changed`, found by the base digest of a file with chunk
+        digests (format 1.4, rule G3)."""
+        return self.chain.links[self.start].error(
+            f"is not the content it was coded against: it was replaced or rewritten since ({what} was coded "
+            f"against base bytes of {algorithm} {expected.hex()}, the base's decode to {actual.hex()})")
+
     def close(self) -> None:
         self._plans = {}  # they hold the bases' files, and so their mappings
         if self.owner:

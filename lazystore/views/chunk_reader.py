@@ -11,6 +11,12 @@ them into few requests and send those concurrently; then the chunks are
 checked and decoded in parallel. Every chunk fetched is checked against its
 checksum, raw ones too: hashing costs little next to fetching.
 
+A *verified* read (``strong``: ``verify=True``, ``load``'s default,
+``verify()``) of a file with chunk digests (format 1.4) checks each chunk's
+cryptographic digest instead of its xxh3 (rule G2), and a codec-3 chunk's
+base digest instead of its base checksum (G3): see
+:mod:`lazystore._native.chunk_digests`.
+
 A foreign file without checksums (``Index.checksums_known`` false: a
 safetensors file lazystore did not write) is read the same way with the
 checks skipped; ``CheckpointView.verify`` refuses to run on it.
@@ -71,10 +77,11 @@ class ChunkReader:
         # Unmapped sources are fetched from (see the module's docstring).
         self.fetching = source.mapped() is None
         self.checked = index.checksums_known
+        self.digests = index.digests  # checked instead of xxh3 by strong reads (format 1.4)
         self._first_chunks: np.ndarray | None = None  # see _chunk_starts
 
     def jobs(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool, places=None, *,
-             onto_base: bool = False) -> list:
+             onto_base: bool = False, strong: bool = False) -> list:
         """What :meth:`run` needs to fill ``out`` with the given chunks: tasks
         for a mapped source, fetches for any other. Jobs of several tensors
         may be run together.
@@ -84,10 +91,12 @@ class ChunkReader:
         consecutive ids must lie back to back there too.
 
         ``onto_base``: ``out`` already holds the base's decoded bytes of the
-        (delta) chunks, which are added onto them (see :meth:`add_deltas`)."""
+        (delta) chunks, which are added onto them (see :meth:`add_deltas`).
+
+        ``strong``: a verified read, which checks digests where the file has them."""
         if self.fetching:
-            return self._fetches(entry, chunk_ids, out, places, onto_base)
-        return self.tasks(entry, chunk_ids, out, verify_raw, places, onto_base=onto_base)
+            return self._fetches(entry, chunk_ids, out, places, onto_base, strong)
+        return self.tasks(entry, chunk_ids, out, verify_raw, places, onto_base=onto_base, strong=strong)
 
     def run(self, jobs: list) -> None:
         if self.fetching:
@@ -96,7 +105,7 @@ class ChunkReader:
             run_all(_call, jobs)
 
     def tasks(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool, places=None, *,
-              onto_base: bool = False) -> list:
+              onto_base: bool = False, strong: bool = False) -> list:
         """Zero-argument callables that fill ``out`` (the tensor's decoded
         bytes as uint8) with the given chunks, in any order or thread.
 
@@ -107,14 +116,15 @@ class ChunkReader:
         places = decoded_at if places is None else places
         self._require_key(entry)
         if entry.codec == RAW.id:
-            return [partial(self._read_raw, entry, run, decoded_at[run[0]], places[run[0]], out, verify_raw)
+            return [partial(self._read_raw, entry, run, decoded_at[run[0]], places[run[0]], out, verify_raw, strong)
                     for run in _raw_runs(ids, entry.decoded)]
         stored_at = entry.chunk_offsets()
-        use = self._apply if onto_base else self._decode_chunk
-        return [partial(self._read_compressed, use, entry, c, stored_at[c], places[c], out) for c in ids]
+        use = partial(self._apply if onto_base else self._decode_chunk, strong=strong)
+        return [partial(self._read_compressed, use, entry, c, stored_at[c], places[c], out, strong) for c in ids]
 
-    def fill(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool, places=None) -> None:
-        self.run(self.jobs(entry, chunk_ids, out, verify_raw, places))
+    def fill(self, entry: Entry, chunk_ids, out: np.ndarray, verify_raw: bool, places=None, *,
+             strong: bool = False) -> None:
+        self.run(self.jobs(entry, chunk_ids, out, verify_raw, places, strong=strong))
 
     def add_deltas(self, entry: Entry, chunk_ids, out: np.ndarray, places) -> None:
         """Turn ``out``, holding the decoded bytes of the base chunks of
@@ -128,14 +138,15 @@ class ChunkReader:
         """The elements a selection picks, in its ascending box (see
         ``ChunkGrid.slice_plan``), decoding a batch of about
         ``PART_BATCH_BYTES`` of chunks at a time: memory holds the selection
-        and one batch, never the whole tensor."""
+        and one batch, never the whole tensor. ``verify_raw``: a verified
+        read (``strong``)."""
         box = np.empty(plan.box_shape, entry.dtype)
         work = list(zip(plan.ids, plan.parts))
         for batch in batch_by_bytes(work, PART_BATCH_BYTES, lambda item: entry.decoded[item[0]]):
             ids = [c for c, _ in batch]
             places = dict(zip(ids, accumulate((entry.decoded[c] for c in ids[:-1]), initial=0)))
             buf = np.empty(places[ids[-1]] + entry.decoded[ids[-1]], np.uint8)
-            self.fill(entry, ids, buf, verify_raw, places)  # ids ascending: packed back to back
+            self.fill(entry, ids, buf, verify_raw, places, strong=verify_raw)  # ids ascending: packed back to back
             for c, (dst, src) in batch:
                 at = places[c]
                 chunk = buf[at : at + entry.decoded[c]].view(entry.dtype).reshape(entry.grid.chunk_shape(c))
@@ -143,13 +154,14 @@ class ChunkReader:
         return box
 
     def check_stored(self, entry: Entry, chunk_ids, *, decode: bool = False) -> None:
-        """Raise ChecksumError unless the given stored chunks match; with
+        """Raise ChecksumError unless the given stored chunks match (their
+        digests, where the file has them: this is a verified read); with
         ``decode``, FormatError unless each compressed one also decodes."""
         stored_at = entry.chunk_offsets()
         for c in chunk_ids:
             start = stored_at[c]
             blob = self.source.read(start, start + entry.stored[c])
-            self._check(blob, entry, c)
+            self._check(blob, entry, c, True)
             if decode and entry.codec != RAW.id:
                 self._decodes(entry, c, blob)
 
@@ -189,7 +201,7 @@ class ChunkReader:
         begins = ends - lengths
         # Raw chunks lie back to back from their tensor's data offset.
         starts = table["data_offset"][owner].astype(np.int64) + begins - begins[first_of]
-        chunks = _FlatChunks(self.index, owner, local, starts, starts + lengths, self.index.chunks["checksum"][ids])
+        chunks = _FlatChunks(self.index, owner, local, starts, starts + lengths, ids)
         total = int(ends[-1]) if len(ends) else 0
         bounds = np.searchsorted(ends, np.arange(VERIFY_BATCH_BYTES, total, VERIFY_BATCH_BYTES), side="right")
         edges = [0, *dict.fromkeys(bounds.tolist()), len(ids)]
@@ -205,6 +217,8 @@ class ChunkReader:
     def stored_ok_many(self, entries: list[Entry]) -> list[bool]:
         """:meth:`stored_ok` of each tensor; an unmapped source is fetched
         from once for all of them."""
+        if self.digests is not None:
+            self.digests.function()  # a digest this lazystore cannot check fails the call, not the tensors
         if not self.fetching:
             # One task per batch of small tensors: a pool task costs tens of
             # microseconds, more than checking a tiny tensor.
@@ -226,14 +240,17 @@ class ChunkReader:
 
     # -- tasks ---------------------------------------------------------------
 
-    def _check(self, data, entry: Entry, c: int) -> None:
-        """Raise ChecksumError unless ``data`` matches chunk ``c``'s checksum;
-        a file that records no checksums (``index.checksums_known`` false)
-        has nothing to check against."""
-        if self.checked:
+    def _check(self, data, entry: Entry, c: int, strong: bool = False) -> None:
+        """Raise ChecksumError unless ``data`` matches chunk ``c``'s checksum
+        (DigestError unless its digest, when ``strong`` in a file with
+        digests); a file that records no checksums
+        (``index.checksums_known`` false) has nothing to check against."""
+        if strong and self.digests is not None:
+            self.digests.check(data, entry.first_chunk + c, _what(entry, c))
+        elif self.checked:
             check(data, int(self.index.chunks["checksum"][entry.first_chunk + c]), _what(entry, c))
 
-    def _read_raw(self, entry: Entry, run: list[int], start: int, place: int, out, verify) -> None:
+    def _read_raw(self, entry: Entry, run: list[int], start: int, place: int, out, verify, strong) -> None:
         """Read a run of consecutive raw chunks, which start ``start`` bytes
         into the tensor, into ``out`` at ``place``."""
         target = out[place : place + sum(entry.decoded[c] for c in run)]
@@ -242,35 +259,41 @@ class ChunkReader:
         if verify:
             lo = 0
             for c in run:
-                self._check(target[lo : lo + entry.decoded[c]], entry, c)
+                self._check(target[lo : lo + entry.decoded[c]], entry, c, strong)
                 lo += entry.decoded[c]
 
-    def _read_compressed(self, use, entry: Entry, c: int, stored_at: int, decoded_at: int, out) -> None:
+    def _read_compressed(self, use, entry: Entry, c: int, stored_at: int, decoded_at: int, out, strong) -> None:
         blob = self.source.read(stored_at, stored_at + entry.stored[c])
-        self._check(blob, entry, c)
+        self._check(blob, entry, c, strong)
         use(entry, c, decoded_at, out, blob)
 
-    def _decode_chunk(self, entry: Entry, c: int, decoded_at: int, out, blob) -> None:
+    def _decode_chunk(self, entry: Entry, c: int, decoded_at: int, out, blob, *, strong: bool = False) -> None:
         """Decode chunk ``c`` (already checked) into place in ``out``."""
         if entry.codec in DELTA_CODEC_IDS:
             # The base's bytes first (a BaseCheckpointError names the base), then the difference.
             self.base.fill(entry, [c], out[decoded_at : decoded_at + entry.decoded[c]], {c: 0})
-        self._apply(entry, c, decoded_at, out, blob)
+        self._apply(entry, c, decoded_at, out, blob, strong=strong)
 
-    def _apply(self, entry: Entry, c: int, decoded_at: int, out, blob) -> None:
+    def _apply(self, entry: Entry, c: int, decoded_at: int, out, blob, *, strong: bool = False) -> None:
         """Decode chunk ``c`` (checked) into place in ``out``; a delta chunk
         onto the base's bytes already there, a codec-3 one once they are
         found to be the content it was coded against."""
         target = out[decoded_at : decoded_at + entry.decoded[c]]
         if entry.codec == CONTENT_DELTA:
-            self.check_base_content(entry, c, target)
+            self.check_base_content(entry, c, target, strong)
         self._decode_onto(entry, c, target, blob)
 
-    def check_base_content(self, entry: Entry, c: int, base_bytes) -> None:
+    def check_base_content(self, entry: Entry, c: int, base_bytes, strong: bool = False) -> None:
         """BaseCheckpointError naming the base unless ``base_bytes``, the
         base's decoded chunk ``c`` of codec-3 ``entry``, hash to what the
         chunk was coded against (format 1.3): the base is identified by its
-        content, so one rewritten with the same content stays valid."""
+        content, so one rewritten with the same content stays valid. A
+        ``strong`` check in a file with digests compares the base digest (G3)."""
+        if strong and self.digests is not None:
+            mismatch = self.digests.base_mismatch(base_bytes, entry.first_chunk + c)
+            if mismatch is not None:
+                raise self.base.changed_digest(_what(entry, c), self.digests.algorithm, *mismatch)
+            return
         base_checksums = self.index.base_checksums
         assert base_checksums is not None  # a codec-3 entry's file records them: rule C5 refuses one that does not
         expected = int(base_checksums[entry.first_chunk + c])
@@ -287,7 +310,7 @@ class ChunkReader:
             buf = np.empty(places[ids[-1]] + entry.decoded[ids[-1]], np.uint8)
             self.base.fill(entry, ids, buf, places)
             for c in ids:
-                self.check_base_content(entry, c, buf[places[c] : places[c] + entry.decoded[c]])
+                self.check_base_content(entry, c, buf[places[c] : places[c] + entry.decoded[c]], True)
 
     def _decodes(self, entry: Entry, c: int, blob) -> None:
         """Decode checked compressed chunk ``c`` into this thread's scratch
@@ -324,38 +347,40 @@ class ChunkReader:
 
     # -- fetching from unmapped sources --------------------------------------------
 
-    def _fetches(self, entry: Entry, chunk_ids, out: np.ndarray, places=None, onto_base: bool = False) -> list:
+    def _fetches(self, entry: Entry, chunk_ids, out: np.ndarray, places=None, onto_base: bool = False,
+                 strong: bool = False) -> list:
         """``(start, stop, consume)`` for the chunks: ``consume(stored bytes)``
         checks them and puts their decoded bytes in place in ``out``."""
         stored_at = entry.chunk_offsets()
         decoded_at = entry.decoded_offsets() if places is None else places
         self._require_key(entry)
-        use = self._take_raw if entry.codec == RAW.id else self._apply if onto_base else self._decode_chunk
+        use = self._take_raw if entry.codec == RAW.id else \
+            partial(self._apply if onto_base else self._decode_chunk, strong=strong)
         # One range per chunk: the source groups neighbours into requests of
         # the size that suits it (see its read_many).
         return [(stored_at[c], stored_at[c] + entry.stored[c],
-                 partial(self._use_fetched, use, entry, c, stored_at[c], decoded_at[c], out))
+                 partial(self._use_fetched, use, entry, c, stored_at[c], decoded_at[c], out, strong))
                 for c in np.asarray(chunk_ids, dtype=np.int64).tolist()]
 
-    def _use_fetched(self, use, entry: Entry, c: int, stored_at: int, decoded_at: int, out, blob) -> None:
-        use(entry, c, decoded_at, out, self._intact(entry, c, stored_at, blob))
+    def _use_fetched(self, use, entry: Entry, c: int, stored_at: int, decoded_at: int, out, strong, blob) -> None:
+        use(entry, c, decoded_at, out, self._intact(entry, c, stored_at, blob, strong))
 
     def _take_raw(self, entry: Entry, c: int, decoded_at: int, out, blob) -> None:
         out[decoded_at : decoded_at + len(blob)] = np.frombuffer(blob, dtype=np.uint8)
 
-    def _intact(self, entry: Entry, c: int, stored_at: int, blob):
+    def _intact(self, entry: Entry, c: int, stored_at: int, blob, strong: bool = False):
         """Chunk ``c``'s fetched bytes, checked. Bytes that fail their checksum
         may have been damaged on the way rather than in storage (a byte
         flipped in transit), so the chunk is fetched once more; only if it
         fails again is it damaged: ChecksumError, or RemoteError when the
         object is no longer the one opened."""
         try:
-            self._check(blob, entry, c)
+            self._check(blob, entry, c, strong)
             return blob
         except ChecksumError:
             blob = self.source.read(stored_at, stored_at + entry.stored[c])
         try:
-            self._check(blob, entry, c)
+            self._check(blob, entry, c, strong)
         except ChecksumError:
             self.source.check_unchanged()
             raise
@@ -363,7 +388,7 @@ class ChunkReader:
 
     def _note_checksum(self, ok: list, k: int, entry: Entry, c: int, stored_at: int, blob) -> None:
         try:
-            blob = self._intact(entry, c, stored_at, blob)
+            blob = self._intact(entry, c, stored_at, blob, True)  # verify(): a verified read
             if entry.codec != RAW.id:
                 self._decodes(entry, c, blob)
         except FormatError:  # as in stored_ok
@@ -402,18 +427,29 @@ def _what(entry: Entry, c: int) -> str:
 class _FlatChunks:
     """The chunks of many raw tensors as flat arrays (see
     ``ChunkReader.check_tasks``): each one's tensor (its position in
-    ``index``), its chunk number there, its stored range and checksum."""
+    ``index``), its chunk number there, its stored range and its number in
+    the index (whose record gives its checksum, or digest)."""
 
-    __slots__ = ("checksums", "index", "local", "owner", "starts", "stops")
+    __slots__ = ("checksums", "ids", "index", "local", "owner", "starts", "stops")
 
-    def __init__(self, index: Index, owner, local, starts, stops, checksums):
+    def __init__(self, index: Index, owner, local, starts, stops, ids):
         self.index, self.owner, self.local = index, owner, local
-        self.starts, self.stops, self.checksums = starts, stops, checksums
+        self.starts, self.stops, self.ids = starts, stops, ids
+        self.checksums = index.chunks["checksum"][ids]
 
     def check(self, mapping, a: int, b: int) -> None:
-        """Raise ChecksumError unless chunks ``a`` to ``b`` match, hashed in ``mapping``."""
+        """Raise ChecksumError unless chunks ``a`` to ``b`` match, hashed in
+        ``mapping`` (DigestError unless their digests, in a file with them)."""
         # Sliced and hashed by C-level maps: no Python bytecode per chunk.
         ranges = map(slice, self.starts[a:b].tolist(), self.stops[a:b].tolist())
+        digests = self.index.digests
+        if digests is not None:
+            first = digests.first_mismatch(map(mapping.__getitem__, ranges), self.ids[a:b])
+            if first is not None:
+                i = a + first
+                digests.check(mapping[int(self.starts[i]) : int(self.stops[i])], int(self.ids[i]),
+                              _what(self.index.entry(int(self.owner[i])), int(self.local[i])))  # raises, naming it
+            return
         actual = np.fromiter(map(digest, map(mapping.__getitem__, ranges)), np.uint64, b - a)
         bad = np.flatnonzero(actual != self.checksums[a:b])
         if len(bad):

@@ -106,8 +106,11 @@ def _chain_files(view: CheckpointView) -> set[tuple[int, int]]:
 class DeltaBase:
     """The base a writer codes against: open for the writer's lifetime."""
 
-    def __init__(self, base, target, level: int | None):
+    def __init__(self, base, target, level: int | None, hash_base=digest):
         self.view = open_beside_target(base, target)
+        # What each base chunk's decoded bytes are hashed with: xxh3 (the
+        # base checksum), or the writer's task that adds the base digest.
+        self.hash_base = hash_base
         identity = self.view._file.index.identity
         # A CheckpointView opens lazystore files only (a foreign base is refused
         # as such), and locate.read_index sets every such index's identity.
@@ -143,9 +146,10 @@ class TensorDelta:
         self.word = word_size(spec.dtype)
         self.is_float = spec.is_float
 
-    def encode(self, window: list, first: int, alone, level_codec) -> tuple[list, list[int]] | None:
+    def encode(self, window: list, first: int, alone, level_codec) -> tuple[list, list] | None:
         """Stored delta chunks for ``window`` (chunks ``first``, ``first+1``,
-        ...) and the xxh3 of each base chunk's decoded bytes, or None when
+        ...) and the hash of each base chunk's decoded bytes (``hash_base``'s
+        result: its xxh3, and digest in a file with digests), or None when
         this is the first window and the tensor is better stored alone with
         ``alone`` (the writer's codec)."""
         ids = list(range(first, first + len(window)))
@@ -163,7 +167,8 @@ class TensorDelta:
         code = partial(self.base.codec.encode_delta, planes=self.planes, word=self.word, is_float=self.is_float)
         # Each chunk's delta, and the checksum of the base bytes it was coded
         # against (the base's identity for a reader), on pool threads.
-        coded = run_all(lambda pair: (code(*pair), digest(pair[1])),
+        hash_base = self.base.hash_base
+        coded = run_all(lambda pair: (code(*pair), hash_base(pair[1])),
                         [(np.asarray(chunk).reshape(-1).view(np.uint8), b) for chunk, b in zip(window, bases)])
         encoded = [stored for stored, _ in coded]
         if first == 0 and len(encoded[0]):

@@ -19,7 +19,7 @@ from functools import partial
 
 import numpy as np
 
-from lazystore._core import arguments, strict_json, tensor_names
+from lazystore._core import arguments, crypto_digest, strict_json, tensor_names
 from lazystore._core.batching import batch_by_bytes
 from lazystore._core.checksum import digest
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
@@ -28,11 +28,13 @@ from lazystore._core.parallel import run_all, start_all
 from lazystore._core.rechunk import rechunk
 from lazystore._native import layout as fmt
 from lazystore._native.base_ref import BASE_KEY, CONTENT_DELTA_MINOR
+from lazystore._native.chunk_digests import DIGEST_KEY
 from lazystore._native.entry_rules import size_problem
 from lazystore.codecs import RAW, codec_for
 from lazystore.codecs.sealed import sealed_codec_of
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.sinks import open_sink
+from lazystore.writing.chunk_hashing import ChunkHashing
 from lazystore.writing.delta_writer import DeltaBase
 from lazystore.writing.interface import TensorWriter
 from lazystore.writing.sealing import seal_window, sealer_for, with_member
@@ -89,6 +91,9 @@ class Writer(TensorWriter):
     name, dtype and shape are coded against it (see
     :mod:`lazystore.writing.delta_writer`).
 
+    ``digest`` (``"blake3"`` or ``"sha256"``) records a cryptographic digest
+    of every chunk (format 1.4): verified reads check it instead of xxh3.
+
     ``encryption_key`` (32 bytes, or a callable returning them, called
     once) encrypts every tensor's bytes with AES-256-GCM, chunk by chunk,
     and authenticates the index (format 1.4; see
@@ -108,10 +113,13 @@ class Writer(TensorWriter):
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         storage_options: Mapping | None = None,
         base=None,
+        digest: str | None = None,
         encryption_key=None,
         _salt: bytes | None = None,
     ):
         codec, alignment, chunk_bytes = check_options(compression, compression_level, alignment, chunk_bytes)
+        # Each chunk's xxh3, and its digest in a file with digests (format 1.4).
+        self._hashing = ChunkHashing(crypto_digest.writer_digest(digest))
         self._sealer = sealer_for(encryption_key, _salt, base)  # None: plaintext
         self.path = path
         self.metadata = check_metadata(metadata)
@@ -133,7 +141,7 @@ class Writer(TensorWriter):
         self._base_checksums: list[int] = []
         # The file tensors may be coded against (format 1.3), opened before
         # the target so that a bad base leaves nothing behind.
-        self._base = DeltaBase(base, path, compression_level) if base is not None else None
+        self._base = DeltaBase(base, path, compression_level, self._hashing.task) if base is not None else None
         # A sink dropped unfinished (with this writer) discards what it holds.
         try:
             self._sink = open_sink(path, storage_options)
@@ -149,7 +157,7 @@ class Writer(TensorWriter):
         # newer one; any other (an upload) states the newest, which every
         # reader of this major version accepts (docs/format.md §14).
         self._rewrite_head = self._sink.rewrite_head  # None: the head cannot be written again
-        self._head_minor = fmt.BASE_MINOR if self._rewrite_head else fmt.DTYPE_MINOR
+        self._head_minor = max(fmt.BASE_MINOR if self._rewrite_head else fmt.DTYPE_MINOR, self._hashing.minor)
         if self._sealer is not None:  # encrypted: 1.4, known now, so an upload states it too
             self._head_minor = fmt.TRUST_MINOR
         self._minor = self._head_minor
@@ -211,7 +219,7 @@ class Writer(TensorWriter):
         data_offset = self._pos
         lengths: list[int] = []
         checksums: list[int] = []
-        base_checksums: list[int] = []
+        base_checksums: list = []  # the hashing task's results for each base chunk
         try:
             for window in batch_by_bytes(rechunk(pieces, sizes), WINDOW_BYTES, len):
                 stored = window
@@ -236,9 +244,9 @@ class Writer(TensorWriter):
                 if self._sealer is not None:  # after the final encoding; hashed sealed
                     stored = seal_window(self._sealer, stored, name, len(lengths),
                                          len(self._chunk_lengths) + len(lengths))
-                hashed = start_all(digest, stored)  # hashed on pool threads while we write
+                hashed = start_all(self._hashing.task, stored)  # hashed on pool threads while we write
                 lengths += self._write_many(stored)
-                checksums.extend(hashed())
+                checksums.extend(self._hashing.keep(hashed()))
         except BaseException:
             # Part of the tensor is written and the rest never will be: the
             # file cannot be finished, so nothing of it may reach the target.
@@ -246,7 +254,7 @@ class Writer(TensorWriter):
             raise
         self._chunk_checksums.extend(checksums)
         self._chunk_lengths.extend(lengths)
-        self._base_checksums.extend(base_checksums if delta is not None else [0] * len(lengths))
+        self._base_checksums.extend(self._hashing.bases(base_checksums if delta is not None else None, len(lengths)))
         if delta is not None:
             codec, planes = delta.base.codec, delta.planes
 
@@ -268,14 +276,15 @@ class Writer(TensorWriter):
         try:
             if self._base is not None and self._base.used:
                 self.system_metadata[BASE_KEY] = self._base.ref.to_json()
+            if self._hashing.algorithm is not None:
+                self.system_metadata[DIGEST_KEY] = self._hashing.member()
             system = self.system_metadata if self._sealer is None else with_member(self.system_metadata, self._sealer)
             self._pad_to_alignment()
             index_offset = self._pos
             index = fmt.encode_index(
                 np.array(self._entries, dtype=fmt.ENTRY_DTYPE),
                 np.array(self._dims, dtype=fmt.DIM_DTYPE),
-                _chunk_records(self._chunk_lengths, self._chunk_checksums, self._base_checksums,
-                               self._base is not None and self._base.used),
+                self._chunk_records(),
                 "".join(n + "\0" for n in self._names).encode("utf-8"),
                 _encode_metadata({**_check_user_metadata(self.metadata), **system}),
                 self._alignment,
@@ -313,6 +322,11 @@ class Writer(TensorWriter):
         return self._base.ref.file if self._base is not None and self._base.used else None
 
     # -- internals -------------------------------------------------------------
+
+    def _chunk_records(self) -> np.ndarray:
+        deltas = self._base is not None and self._base.used
+        plain = _chunk_records(self._chunk_lengths, self._chunk_checksums, self._base_checksums, deltas)
+        return self._hashing.records(plain, deltas)
 
     def _check_open(self) -> None:
         if self._sink.closed:

@@ -14,9 +14,9 @@ import lazystore as ls
 from lazystore._core import aead
 
 pytest.importorskip("cryptography")
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: E402 - after the skip
-from cryptography.hazmat.primitives.hashes import SHA256  # noqa: E402 - after the skip
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF  # noqa: E402 - after the skip
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 KEY = bytes(range(32))
 SALT = bytes(range(100, 132))

@@ -30,7 +30,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lazystore as ls
-from lazystore._native.layout import CHUNK_DTYPE, ENTRY_DTYPE, INDEX_HEADER, MAGIC, TRAILER, WIDE_CHUNK_DTYPE
+from lazystore._native.layout import (
+    CHUNK_DTYPE,
+    ENTRY_DTYPE,
+    INDEX_HEADER,
+    MAGIC,
+    RECORD_DTYPES,
+    TRAILER,
+)
 from tests.hypothesis_profiles import examples
 from tests.paths import REPO
 
@@ -55,7 +62,7 @@ class Parts:
     data: bytearray  # preamble, tensors, padding: every byte before the index
     entries: np.ndarray  # ENTRY_DTYPE
     dims: np.ndarray  # uint64
-    chunks: np.ndarray  # CHUNK_DTYPE, or WIDE_CHUNK_DTYPE in a delta file (format 1.3)
+    chunks: np.ndarray  # CHUNK_DTYPE; WIDE_CHUNK_DTYPE in a delta file (1.3); wider with digests (1.4)
     keys: bytes
     metadata: bytes
     alignment: int
@@ -69,7 +76,7 @@ class Parts:
         index = blob[t["index_offset"] : t["index_offset"] + t["index_length"]]
         assert xxhash.xxh3_64_intdigest(index) == t["checksum"]
         h = dict(zip(HEADER_FIELDS, INDEX_HEADER.unpack_from(index, 0)))
-        records = {d.itemsize: d for d in (CHUNK_DTYPE, WIDE_CHUNK_DTYPE)}
+        records = {d.itemsize: d for d in RECORD_DTYPES}
         assert h["entry_size"] == ENTRY_DTYPE.itemsize and h["chunk_record_size"] in records
         pos = INDEX_HEADER.size
 

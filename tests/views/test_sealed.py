@@ -204,7 +204,7 @@ def test_a_swap_that_passes_xxh3_fails_the_tag(sealed, monkeypatch):
     blob = bytearray(sealed.read_bytes())
     blob[a : a + n], blob[b : b + n] = blob[b : b + n], blob[a : a + n]
     _write(sealed, bytes(blob))
-    monkeypatch.setattr(chunk_reader.ChunkReader, "_check", lambda self, data, entry, c: None)
+    monkeypatch.setattr(chunk_reader.ChunkReader, "_check", lambda self, *args, **kwargs: None)
     with ls.open(sealed, encryption_key=KEY) as ck:
         with pytest.raises(ls.DecryptionError, match=r"tensor 'w' chunk [01]: authentication failed"):
             ck["w"]
@@ -353,3 +353,18 @@ def test_convert_writes_a_copy_of_an_encrypted_file_in_plaintext(sealed, tmp_pat
         assert aead.ENCRYPTION_KEY not in ck.system_metadata
         assert ck.info("ids").compression == "zstd"
         _same(ck.load(), tensors)
+
+
+def test_digests_cover_the_sealed_bytes_and_check_without_the_key(tmp_path, tensors):
+    path = tmp_path / "both.lzy"
+    ls.save(tensors, path, encryption_key=KEY, digest="sha256", chunk_bytes=6400)
+    with ls.open(path, verify=True) as ck:  # no key: the digests of the stored ciphertext
+        assert ck.verify() == []
+    start, _ = _chunk_at(path, "w", 1)
+    blob = bytearray(path.read_bytes())
+    blob[start] ^= 1
+    _write(path, bytes(blob))
+    with ls.open(path, verify=True) as ck:
+        assert ck.verify() == ["w"]
+    with ls.open(path, encryption_key=KEY, verify=True) as ck, pytest.raises(ls.DigestError, match="tensor 'w'"):
+        ck["w"]
