@@ -26,6 +26,7 @@ import os
 import struct
 from typing import NamedTuple
 
+from lazystore._core.distribution import install_hint
 from lazystore.errors import DecryptionError, EncryptionKeyError, InvalidInputError, MissingDependencyError
 
 KEY_BYTES = 32
@@ -46,7 +47,7 @@ AEAD_NAME = "aes-256-gcm"
 KDF_NAME = "hkdf-sha256"
 _NONCE_PAD = bytes(4)
 _U64 = struct.Struct("<Q")
-INSTALL_HINT = "pip install 'lazystore-ml[crypto]'"
+INSTALL_HINT = install_hint("crypto", "cryptography")
 
 
 def _aesgcm():
