@@ -316,7 +316,7 @@ def test_checkpoint_manager_encrypts_and_refuses_deltas(tmp_path, tensors):
 
 def test_torch_save_file_load_file_and_safe_open(tmp_path):
     torch = pytest.importorskip("torch")
-    from lazystore.torch import load_file, save_file
+    from lazystore.torch import load_file, load_model, save_file, save_model
 
     state = {"w": torch.arange(12.0).reshape(3, 4), "b": torch.ones(4)}
     path = tmp_path / "t.lzy"
@@ -327,6 +327,11 @@ def test_torch_save_file_load_file_and_safe_open(tmp_path):
         assert torch.equal(f.get_tensor("w"), state["w"]) and torch.equal(f.get_slice("w")[1:], state["w"][1:])
     with pytest.raises(ls.EncryptionKeyError):
         load_file(path)
+    model = torch.nn.Linear(4, 3)
+    save_model(model, tmp_path / "model.lzy", encryption_key=KEY)
+    fresh = torch.nn.Linear(4, 3)
+    load_model(fresh, tmp_path / "model.lzy", encryption_key=KEY)
+    assert torch.equal(fresh.weight, model.weight)
 
 
 def test_convert_writes_a_copy_of_an_encrypted_file_in_plaintext(sealed, tmp_path, tensors):
