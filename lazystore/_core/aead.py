@@ -140,8 +140,12 @@ class Sealer:
         """Chunk ``c`` of ``name`` (the file's chunk ``g``), sealed: its
         ciphertext, then the tag."""
         out = bytearray(len(memoryview(chunk).cast("B")) + TAG_BYTES)
-        self._aead.encrypt_into(nonce(g), chunk, aad(name, c), out)
+        self.seal_into(chunk, out, name, c, g)
         return out
+
+    def seal_into(self, chunk, out, name: str, c: int, g: int) -> None:
+        """:meth:`seal` into ``out``, exactly the chunk's length plus the tag."""
+        self._aead.encrypt_into(nonce(g), chunk, aad(name, c), out)
 
     def patch(self, index: bytes) -> bytes:
         """The index with its MAC patched in (same length)."""

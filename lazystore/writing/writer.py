@@ -37,7 +37,7 @@ from lazystore.sinks import open_sink
 from lazystore.writing.chunk_hashing import ChunkHashing
 from lazystore.writing.delta_writer import DeltaBase
 from lazystore.writing.interface import TensorWriter
-from lazystore.writing.sealing import seal_window, sealer_for, with_member
+from lazystore.writing.sealing import sealing_for
 
 _DEFAULT = object()
 # A compressed tensor must save at least this fraction, else it is stored raw
@@ -120,7 +120,7 @@ class Writer(TensorWriter):
         codec, alignment, chunk_bytes = check_options(compression, compression_level, alignment, chunk_bytes)
         # Each chunk's xxh3, and its digest in a file with digests (format 1.4).
         self._hashing = ChunkHashing(crypto_digest.writer_digest(digest))
-        self._sealer = sealer_for(encryption_key, _salt, base)  # None: plaintext
+        self._sealing = sealing_for(encryption_key, _salt, base)  # None: plaintext
         self.path = path
         self.metadata = check_metadata(metadata)
         # lazystore's own entries (RESERVED_METADATA_PREFIX keys), set by
@@ -158,7 +158,7 @@ class Writer(TensorWriter):
         # reader of this major version accepts (docs/format.md §14).
         self._rewrite_head = self._sink.rewrite_head  # None: the head cannot be written again
         self._head_minor = max(fmt.BASE_MINOR if self._rewrite_head else fmt.DTYPE_MINOR, self._hashing.minor)
-        if self._sealer is not None:  # encrypted: 1.4, known now, so an upload states it too
+        if self._sealing is not None:  # encrypted: 1.4, known now, so an upload states it too
             self._head_minor = fmt.TRUST_MINOR
         self._minor = self._head_minor
         self._write(fmt.encode_preamble(self._head_minor))
@@ -241,9 +241,8 @@ class Writer(TensorWriter):
                         codec, planes = RAW, 1
                     else:
                         stored = encoded
-                if self._sealer is not None:  # after the final encoding; hashed sealed
-                    stored = seal_window(self._sealer, stored, name, len(lengths),
-                                         len(self._chunk_lengths) + len(lengths))
+                if self._sealing is not None:  # after the final encoding; hashed sealed
+                    stored = self._sealing.seal(stored, name, len(lengths), len(self._chunk_lengths) + len(lengths))
                 hashed = start_all(self._hashing.task, stored)  # hashed on pool threads while we write
                 lengths += self._write_many(stored)
                 checksums.extend(self._hashing.keep(hashed()))
@@ -264,7 +263,7 @@ class Writer(TensorWriter):
         self._dims.extend(shape)
         self._entries.append(
             (data_offset, sum(lengths), nbytes, grid.n_chunks, grid.extent,
-             spec.code, sealed_codec_of(codec).id if self._sealer and nbytes else codec.id, len(shape),
+             spec.code, sealed_codec_of(codec).id if self._sealing and nbytes else codec.id, len(shape),
              grid.axis, planes, (0, 0, 0))
         )
 
@@ -278,7 +277,7 @@ class Writer(TensorWriter):
                 self.system_metadata[BASE_KEY] = self._base.ref.to_json()
             if self._hashing.algorithm is not None:
                 self.system_metadata[DIGEST_KEY] = self._hashing.member()
-            system = self.system_metadata if self._sealer is None else with_member(self.system_metadata, self._sealer)
+            system = self.system_metadata if self._sealing is None else self._sealing.with_member(self.system_metadata)
             self._pad_to_alignment()
             index_offset = self._pos
             index = fmt.encode_index(
@@ -289,8 +288,8 @@ class Writer(TensorWriter):
                 _encode_metadata({**_check_user_metadata(self.metadata), **system}),
                 self._alignment,
             )
-            if self._sealer is not None:
-                index = self._sealer.patch(index)  # rule S5: the MAC of the index as written
+            if self._sealing is not None:
+                index = self._sealing.patch(index)  # rule S5: the MAC of the index as written
             if len(index) > fmt.MAX_INDEX_BYTES:
                 raise InvalidInputError(f"index of {len(index)} bytes exceeds the format's limit")
             self._write(index)

@@ -357,3 +357,17 @@ def test_digests_cover_the_sealed_bytes_and_check_without_the_key(tmp_path, tens
         assert ck.verify() == ["w"]
     with ls.open(path, encryption_key=KEY, verify=True) as ck, pytest.raises(ls.DigestError, match="tensor 'w'"):
         ck["w"]
+
+
+@pytest.mark.parametrize("target", ["local", "memory://sealed/windows.lzy"])
+def test_many_windows_each_sealed_in_the_reused_buffer(tmp_path, monkeypatch, target):
+    """The writer seals a window at a time into one buffer it reuses: every
+    window must be written before the next overwrites it, locally and in an upload."""
+    from lazystore.writing import writer
+
+    monkeypatch.setattr(writer, "WINDOW_BYTES", 4096)
+    w = np.random.default_rng(2).standard_normal((512, 64)).astype(np.float32)  # 128 KiB: 32 windows
+    path = tmp_path / "windows.lzy" if target == "local" else target
+    ls.save({"w": w, "z": np.zeros((512, 64), np.float32)}, path, encryption_key=KEY, compression="zstd",
+            chunk_bytes=1024)
+    _same(ls.load(path, encryption_key=KEY), {"w": w, "z": np.zeros((512, 64), np.float32)})
