@@ -122,7 +122,11 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     ``memory://``): the object appears only when its upload completes, and a
     failed save cancels the upload. HTTP(S) URLs are read-only.
 
-    ``writer_options`` are :class:`Writer`'s (``alignment``, ``chunk_bytes``).
+    ``writer_options`` are :class:`Writer`'s (``alignment``, ``chunk_bytes``,
+    ``digest``). ``digest="blake3"`` (or ``"sha256"``) records a
+    cryptographic digest of every chunk (format 1.4), which verified reads
+    (``load``'s default, ``open(verify=True)``, ``verify()``) check instead
+    of xxh3: see docs/security.md. A sharded save records them in every shard.
 
     With ``base`` (another checkpoint, a lazystore file in the same folder
     as ``path``), the file is a *delta checkpoint* (format 1.3): each tensor
@@ -163,6 +167,8 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     delta (``base``) or a safetensors file cannot be encrypted.
     """
     arguments.known_options(writer_options, _WRITER_OPTIONS, others=_SAVE_KEYWORDS)
+    if writer_options.get("digest", "") is None:  # the default, said aloud: what every format can do
+        del writer_options["digest"]
     encryption_key = resolve_key(encryption_key)
     if encryption_key is not None:
         writer_options["encryption_key"] = encryption_key

@@ -15,12 +15,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
+from lazystore._core.distribution import install_hint
 from lazystore.errors import InvalidInputError, MissingDependencyError
 
 DIGEST_SIZE = 32  # every algorithm's output, the width of a record's digest field
 BLAKE3, SHA256 = "blake3", "sha256"
 ALGORITHMS = (BLAKE3, SHA256)  # what a file may name, and what digest= accepts
-CRYPTO_EXTRA = "pip install 'lazystore-ml[crypto]'"
+CRYPTO_EXTRA = install_hint("crypto", "blake3")
 
 HashFunction = Callable[[object], bytes]
 

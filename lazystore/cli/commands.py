@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 
 import lazystore as ls
+from lazystore._core import crypto_digest
 from lazystore._core.batching import batch_by_bytes
 from lazystore.cli.errors import CliError, about
 from lazystore.cli.inputs import Tensors, dcp_folder, is_encrypted, open_input
@@ -30,7 +31,7 @@ from lazystore.cli.text import (
     print_table,
     ratio,
 )
-from lazystore.interop import carried_metadata, copy
+from lazystore.interop import carried_metadata, copy, digest_of
 
 # The nested-state marker has no public name: TREE_KEY in system_metadata is
 # how ls.load itself tells training state from a flat checkpoint.
@@ -65,6 +66,7 @@ def cmd_info(args) -> int:
             "codecs": codecs,
             "dtypes": dtypes,
             "nested": TREE_KEY in ck.system_metadata,
+            "digest": digest_of(ck),
             "encrypted": any(c.startswith("sealed") for c in codecs),
             "metadata": ck.metadata,
             "system_metadata_keys": sorted(ck.system_metadata),
@@ -82,6 +84,7 @@ def cmd_info(args) -> int:
         ("compression", _ratio_text(r, codecs)),
         ("dtypes", ", ".join(f"{n} {d}" for d, n in sorted(dtypes.items())) or "-"),
         ("nested state", "yes (ls.load rebuilds the saved structure)" if summary["nested"] else "no"),
+        ("digests", summary["digest"] or "none (xxh3 checksums only)"),
         ("encrypted", "yes (tensor bytes; names, shapes and metadata are not)" if summary["encrypted"] else "no"),
     ]
     width = max(len(k) for k, _ in rows) + 1
@@ -181,6 +184,18 @@ def _stored_size(path) -> str:
         return "written"  # the output is committed; only its size is unknown
 
 
+def _output_digest(args, views: list, dst) -> str | None:
+    """The chunk digests convert and merge write: ``--digest`` (an
+    algorithm, or "none"), else the inputs' (the first's that has them),
+    where the output can hold them (a lazystore file or folder)."""
+    if args.digest is not None:
+        return None if args.digest == "none" else args.digest
+    kept = next((d for d in map(digest_of, views) if d is not None), None)
+    if kept is None or output_format(dst) == "safetensors" or not crypto_digest.known(kept):
+        return None
+    return kept
+
+
 def cmd_convert(args) -> int:
     _check_level(args)
     if dcp_folder(args.src):
@@ -193,6 +208,7 @@ def cmd_convert(args) -> int:
             metadata, system_metadata = carried_metadata(ck)
         with open_output(args.dst, metadata=metadata, system_metadata=system_metadata,
                          compression_level=args.level, max_shard_size=args.max_shard_size,
+                         digest=_output_digest(args, [ck], args.dst),
                          encryption_key=None if args.decrypt else key) as out, \
                 about(args.dst):
             _copy({n: (args.src, ck) for n in ck}, out, args.compression, "convert")
@@ -214,7 +230,8 @@ def _consolidate(args) -> int:
 
     with about(args.src):
         done = dcp.consolidate(args.src, args.dst, compression=None if args.compression == "none" else
-                               args.compression, compression_level=args.level)
+                               args.compression, compression_level=args.level,
+                               digest=_output_digest(args, [], args.dst))
     for fqn, why in done.skipped.items():
         print(f"skipped non-tensor item {one_value(fqn)}: {one_value(why)}")
     kept = f", {plural(len(done.items), 'non-tensor item')} in its metadata" if done.items else ""
@@ -259,7 +276,8 @@ def cmd_merge(args) -> int:
         metadata = _merge_dicts([meta for meta, _ in flat], args.prefer)
         system_metadata = _merge_dicts([system for _, system in flat], args.prefer)
         with open_output(args.out, metadata=metadata, system_metadata=system_metadata,
-                         compression_level=args.level, max_shard_size=None) as out, about(args.out):
+                         compression_level=args.level, max_shard_size=None,
+                         digest=_output_digest(args, [ck for _, ck in views], args.out)) as out, about(args.out):
             _copy(sources, out, args.compression, "merge")
     note = f", {plural(duplicates, 'duplicate name')} (kept the {args.prefer})" if duplicates else ""
     print(f"{args.out}: {plural(len(sources), 'tensor')} from {plural(len(views), 'input')}{note}, "

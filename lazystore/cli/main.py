@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="re-encode every tensor with zstd or raw (default: keep each tensor's codec)")
         s.add_argument("--level", type=_level_arg, metavar="N", default=None,
                        help="zstd level 1-22 for the zstd tensors (default: tuned per dtype)")
+        s.add_argument("--digest", choices=["blake3", "sha256", "none"], default=None,
+                       help="record a cryptographic digest of every chunk, checked by verified reads "
+                            "(default: keep the input's digests; none: write xxh3 checksums only)")
 
     s = sub.add_parser("convert", help="convert a checkpoint (re-encode with or without compression)",
                        description="Copy SRC to DST one tensor at a time, keeping metadata and any "

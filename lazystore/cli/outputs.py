@@ -19,7 +19,8 @@ from lazystore.interop import SafetensorsWriter, ShardedWriter, targets
 # targets.EXTENSIONS and add its opener to OUTPUTS. An opener takes the
 # destination and the options below and returns a context manager with
 # Writer's interface: add(name, array, compression=...), committed on a
-# clean exit and discarded on an exception.
+# clean exit and discarded on an exception. ``digest`` is the chunk digests'
+# algorithm (None: none): a format that cannot hold them refuses one.
 
 
 def output_format(dst) -> str:
@@ -29,30 +30,35 @@ def output_format(dst) -> str:
     return targets.format_of(dst)
 
 
-def _open_lazystore(dst, *, metadata, system_metadata, compression_level, max_shard_size, encryption_key):
+def _open_lazystore(dst, *, metadata, system_metadata, compression_level, max_shard_size, digest, encryption_key):
     if max_shard_size is not None:
         return _open_folder(dst, metadata=metadata, system_metadata=system_metadata,
-                            compression_level=compression_level, max_shard_size=max_shard_size,
+                            compression_level=compression_level, max_shard_size=max_shard_size, digest=digest,
                             encryption_key=encryption_key)
-    w = ls.Writer(dst, compression_level=compression_level, metadata=metadata, encryption_key=encryption_key)
+    w = ls.Writer(dst, compression_level=compression_level, metadata=metadata, digest=digest,
+                  encryption_key=encryption_key)
     w.system_metadata.update(system_metadata)
     return w
 
 
-def _open_folder(dst, *, metadata, system_metadata, compression_level, max_shard_size, encryption_key):
+def _open_folder(dst, *, metadata, system_metadata, compression_level, max_shard_size, digest, encryption_key):
     w = ShardedWriter(dst, max_shard_size=max_shard_size, compression_level=compression_level, metadata=metadata,
-                      encryption_key=encryption_key)
+                      digest=digest, encryption_key=encryption_key)
     w.system_metadata.update(system_metadata)
     return w
 
 
-def _open_safetensors(dst, *, metadata, system_metadata, compression_level, max_shard_size, encryption_key):
+def _open_safetensors(dst, *, metadata, system_metadata, compression_level, max_shard_size, digest,
+                      encryption_key):
     if encryption_key is not None:
         raise CliError("an encrypted output is a lazystore file: write a .lzy name, or add --decrypt to write "
                        "plaintext safetensors")
     if max_shard_size is not None:
         raise CliError("--max-shard-size writes a lazystore sharded folder; sharded safetensors output "
                        "is not supported")
+    if digest is not None:
+        raise CliError("--digest writes chunk digests, which only a lazystore file holds; a safetensors "
+                       "file has none")
     w = SafetensorsWriter(dst, metadata=metadata)
     w.system_metadata.update(system_metadata)
     return w
@@ -64,7 +70,7 @@ OUTPUTS: dict[str, Callable] = {"lazystore": _open_lazystore, "folder": _open_fo
 
 def open_output(dst, *, metadata: Mapping, system_metadata: Mapping,
                 compression_level: int | None = None, max_shard_size: int | None = None,
-                encryption_key: bytes | None = None):
+                digest: str | None = None, encryption_key: bytes | None = None):
     """A writer for ``dst`` in the format it asks for (see :func:`output_format`),
     encrypted with ``encryption_key`` when one is given."""
     fmt = output_format(dst)
@@ -73,7 +79,7 @@ def open_output(dst, *, metadata: Mapping, system_metadata: Mapping,
         raise CliError(f"{dst}: writing {fmt} output is not supported yet; write a lazystore file (.lzy)")
     with about(dst):
         writer = opener(dst, metadata=metadata, system_metadata=system_metadata,
-                        compression_level=compression_level, max_shard_size=max_shard_size,
+                        compression_level=compression_level, max_shard_size=max_shard_size, digest=digest,
                         encryption_key=encryption_key)
     return _Committing(writer, dst)
 

@@ -52,7 +52,8 @@ class Consolidated:
 
 
 def consolidate(folder, out_path, *, compression=None, compression_level: int | None = None,
-                keys: str | None = None, non_tensors: str = "metadata", verify: bool = True) -> Consolidated:
+                keys: str | None = None, non_tensors: str = "metadata", verify: bool = True,
+                digest: str | None = None) -> Consolidated:
     """Write the DCP checkpoint in the local ``folder`` (saved by
     :class:`lazystore.dcp.LazyStoreWriter` or torch's ``FileSystemWriter``)
     as one lazystore file at ``out_path``: each tensor whole, under its DCP
@@ -60,8 +61,8 @@ def consolidate(folder, out_path, *, compression=None, compression_level: int | 
     dots), marked as torch tensors, so ``lazystore.torch.load_file(out_path)``
     gives the flat state dict and ``ls.open`` reads any part of it lazily.
 
-    - ``compression`` (None or ``"zstd"``) and ``compression_level``: as for
-      :class:`lazystore.Writer`.
+    - ``compression`` (None or ``"zstd"``), ``compression_level`` and
+      ``digest`` (None, ``"blake3"`` or ``"sha256"``): as for :class:`lazystore.Writer`.
     - ``keys``: a glob (``"model.*"``) keeping only the matching names, e.g.
       the model without its optimizer state.
     - ``non_tensors``: what becomes of the checkpoint's non-tensor items
@@ -94,7 +95,7 @@ def consolidate(folder, out_path, *, compression=None, compression_level: int | 
         kept, skipped = _non_tensor_values(items, non_tensors)
         metadata = {ITEMS_KEY: kept} if kept else {}
         with Writer(out_path, compression=compression, compression_level=compression_level,
-                    metadata=metadata) as w:
+                    metadata=metadata, digest=digest) as w:
             w.system_metadata[frameworks.FRAMEWORK_KEY] = frameworks.TORCH
             for t in tensors:
                 w.add_pieces(t.fqn, _bands(t), dtype=t.spec.dtype, shape=t.shape)

@@ -17,6 +17,7 @@ from lazystore.interop.convert import (
     carried_metadata,
     carried_system_metadata,
     copy,
+    digest_of,
     from_npz,
     from_safetensors,
     from_torch,
@@ -27,5 +28,5 @@ from lazystore.interop.convert import (
 from lazystore.interop.safetensors import SafetensorsWriter
 from lazystore.interop.sharded_writer import ShardedWriter
 
-__all__ = ["SafetensorsWriter", "ShardedWriter", "carried_metadata", "carried_system_metadata", "copy", "from_npz",
-           "from_safetensors", "from_torch", "open_verified", "to_lazystore", "to_safetensors"]
+__all__ = ["SafetensorsWriter", "ShardedWriter", "carried_metadata", "carried_system_metadata", "copy", "digest_of",
+           "from_npz", "from_safetensors", "from_torch", "open_verified", "to_lazystore", "to_safetensors"]

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from lazystore._core.aead import ENCRYPTION_KEY
 from lazystore._core.blocks import blocks
 from lazystore._native.base_ref import BASE_KEY
+from lazystore._native.chunk_digests import DIGEST_KEY
 from lazystore.errors import ChecksumError, VerificationUnavailableError
 from lazystore.interop import archives
 from lazystore.interop.folders import open_path
@@ -37,8 +38,9 @@ from lazystore.writing.writer import Writer
 COPY_BLOCK_BYTES = 16 << 20
 
 # Reserved members that say how the input is stored, not what it holds: a
-# copy stores its tensors its own way, so it never carries them.
-STORAGE_KEYS = frozenset({BASE_KEY, ENCRYPTION_KEY})
+# copy stores its tensors its own way, so it never carries them (its writer
+# records its own chunk digests, if any: see :func:`digest_of`).
+STORAGE_KEYS = frozenset({BASE_KEY, DIGEST_KEY, ENCRYPTION_KEY})
 
 # What a tensor whose own codec means nothing outside its file is written
 # with when no compression is asked for: a delta tensor (codec 2 or 3) is only a
@@ -56,6 +58,18 @@ def carried_system_metadata(view) -> dict:
     tensor whole, and docs/format.md §9.3 allows the member only in a file
     with delta tensors."""
     return {k: v for k, v in view.system_metadata.items() if k not in STORAGE_KEYS}
+
+
+def digest_of(view) -> str | None:
+    """The algorithm of ``view``'s chunk digests (format 1.4): ``"blake3"``,
+    ``"sha256"``, or None for a checkpoint without them. A sharded folder's
+    is its first shard's that has digests (a folder saved with ``digest=``
+    has them in every shard)."""
+    for part in getattr(view, "shards", [view]):
+        member = part.system_metadata.get(DIGEST_KEY)
+        if isinstance(member, dict) and isinstance(member.get("algorithm"), str):
+            return member["algorithm"]
+    return None
 
 
 def carried_metadata(view) -> tuple[dict, dict]:
@@ -197,5 +211,5 @@ def from_npz(path, dst, **options) -> None:
         to_lazystore(view, dst, **options)
 
 
-__all__ = ["carried_metadata", "carried_system_metadata", "copy", "from_npz", "from_safetensors", "from_torch",
-           "open_verified", "output_codec", "to_lazystore", "to_safetensors"]
+__all__ = ["carried_metadata", "carried_system_metadata", "copy", "digest_of", "from_npz", "from_safetensors",
+           "from_torch", "open_verified", "output_codec", "to_lazystore", "to_safetensors"]

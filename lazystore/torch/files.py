@@ -38,7 +38,9 @@ def save_file(tensors: dict, filename, metadata: Mapping | None = None, **option
     ``metadata`` is any JSON object (safetensors takes str to str; that is a
     special case). ``options`` are lazystore's writer options:
     ``compression`` ("zstd" or None), ``compression_level``, ``chunk_bytes``,
-    ``alignment``, ``storage_options``, ``encryption_key`` (see ``ls.save``). Unlike safetensors, non-contiguous
+    ``alignment``, ``storage_options``, ``digest`` ("blake3" or "sha256":
+    chunk digests, checked by verified loads), ``encryption_key`` (see
+    ``ls.save``). Unlike safetensors, non-contiguous
     tensors are saved (as their values), and tensors that are one tensor
     under several names (a module registered twice, tied weights) are stored
     once and come back tied from :func:`load_file`.

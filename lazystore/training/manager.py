@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from lazystore import api
+from lazystore._core import crypto_digest
 from lazystore._core.aead import resolve_key
 from lazystore._native.base_ref import MAX_CHAIN
 from lazystore.codecs import codec_for
@@ -94,6 +95,10 @@ class CheckpointManager:
     this process or another) that tries to save meanwhile gets
     :class:`~lazystore.FolderLockedError` at once. Reading needs no lock.
 
+    ``digest`` (``"blake3"`` or ``"sha256"``) records a cryptographic
+    digest of every chunk in every file the manager writes, delta files
+    included (format 1.4; see :class:`~lazystore.Writer`).
+
     Damaged checkpoints (a file that cannot be read or whose bytes fail
     their checksums) never stop a save: they are logged once (logger
     ``lazystore``), listed by :meth:`damaged`, never used as a base, never
@@ -110,7 +115,7 @@ class CheckpointManager:
     def __init__(self, directory, *, keep_last: int | None = None, keep_best: int | None = None,
                  metric: str | None = None, mode: str = "min", compression=None, delta: bool = False,
                  keyframe_every: int = DEFAULT_KEYFRAME_EVERY, delta_depth: int = chains.DEFAULT_DEPTH,
-                 encryption_key=None):
+                 digest: str | None = None, encryption_key=None):
         self.keep_last = _count("keep_last", keep_last)
         self.keep_best = _count("keep_best", keep_best)
         if metric is not None and not isinstance(metric, str):
@@ -123,6 +128,9 @@ class CheckpointManager:
         self.mode = mode
         codec_for(compression)  # an unknown compression fails here, not at the first save
         self.compression = compression
+        # Every file this manager writes (its saves, and the rewrites of older
+        # checkpoints as deltas) records chunk digests with this algorithm.
+        self.digest = crypto_digest.writer_digest(digest)
         if not isinstance(delta, bool):
             raise InvalidInputError(f"delta must be True or False, got {delta!r}")
         self.delta = delta
@@ -176,7 +184,7 @@ class CheckpointManager:
             self._prepare_replace(step)
             self._writing = step
             try:
-                return Writer(path, compression=self.compression,  # whole: the newest is never a delta
+                return Writer(path, compression=self.compression, digest=self.digest,  # whole: never a delta
                               encryption_key=self._encryption_key)
             except BaseException:
                 self._writing = None

@@ -59,7 +59,7 @@ def rewrite(mgr, step: int, base: int | None, checked: set[int]) -> None:
     ck = _reading(step, path, lambda: api.open(path, verify=True))
     with ck:
         system = {k: v for k, v in ck.system_metadata.items() if k != BASE_KEY}
-        with Writer(path, compression=mgr.compression, metadata=ck.metadata,
+        with Writer(path, compression=mgr.compression, digest=mgr.digest, metadata=ck.metadata,
                     base=None if base is None else mgr.path(base)) as w:
             w.system_metadata.update(system)
             for name in ck:

@@ -275,6 +275,8 @@ class Writer(TensorWriter):
         try:
             if self._base is not None and self._base.used:
                 self.system_metadata[BASE_KEY] = self._base.ref.to_json()
+            # The member says what the records hold: this writer's, never one copied from another file.
+            self.system_metadata.pop(DIGEST_KEY, None)
             if self._hashing.algorithm is not None:
                 self.system_metadata[DIGEST_KEY] = self._hashing.member()
             system = self.system_metadata if self._sealing is None else self._sealing.with_member(self.system_metadata)

@@ -15,8 +15,9 @@ Hypothesis drives it with byte-level mutations (bit flips, set bytes,
 insert / delete / overwrite runs, interesting integers written over
 fields, truncation, splices of the file's own bytes) of seed files:
 
-- a lazystore file with raw and zstd tensors and a nested-state tree;
-  mutations anywhere, and mutations confined to the index with the index
+- a lazystore file with raw and zstd tensors and a nested-state tree, and
+  one of format 1.4 with chunk digests (56-byte records); mutations
+  anywhere, and mutations confined to the index with the index
   checksum recomputed afterwards, so they get past the checksum to the
   validation of what the index says;
 - a plain safetensors file, and one written by lazystore (with checksums);
@@ -25,7 +26,9 @@ fields, truncation, splices of the file's own bytes) of seed files:
   shard names, duplicate tensors, duplicate keys) and at the byte level;
   a Hugging Face folder of safetensors shards too;
 - the nested-state tree (``__lazystore_tree__``), edited at the JSON level
-  and written into an otherwise valid file, then ``ls.load``-ed.
+  and written into an otherwise valid file, then ``ls.load``-ed;
+- the chunk-digest declaration (``__lazystore_digest__``, format 1.4),
+  edited at the JSON level in the index of a file with digests.
 
 Run sizes: ``LAZYSTORE_FUZZ_EXAMPLES`` examples per target (default 150,
 the CI run, well under a minute); docs/reliability.md records the long
@@ -255,6 +258,7 @@ def _state():
 
 
 _SEEDS: dict = {}
+LAZYSTORE_SEEDS = ("tree.lzy", "mixed.lzy", "digests.lzy")
 
 
 def _seeds() -> dict:
@@ -281,7 +285,12 @@ def _build_seeds(d: Path) -> dict:
         w.add("z", np.arange(64, dtype=np.float32).reshape(16, 4) % 3, compression="zstd")
         w.add("scalar", np.array(2.5))
         w.add("empty", np.zeros((0, 3), np.float32))
-    out["lazystore"] = [(d / n).read_bytes() for n in ("tree.lzy", "mixed.lzy")]
+    # Format 1.4: the same tensors with BLAKE3 chunk digests (56-byte chunk records).
+    with ls.Writer(d / "digests.lzy", chunk_bytes=64, metadata={"s": [1, 2]}, digest="blake3") as w:
+        w.add("raw", np.arange(48, dtype=np.int16).reshape(12, 4))
+        w.add("z", np.arange(64, dtype=np.float32).reshape(16, 4) % 3, compression="zstd")
+        w.add("empty", np.zeros((0, 3), np.float32))
+    out["lazystore"] = [(d / n).read_bytes() for n in LAZYSTORE_SEEDS]
     # safetensors: a plain one, and one lazystore wrote (checksums, tree, metadata).
     stnp.save_file({"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.arange(5, dtype=np.int8),
                     "c": np.zeros((0, 2), np.float64)}, str(d / "plain.safetensors"), metadata={"k": "v"})
@@ -337,7 +346,7 @@ def test_seeds_are_valid(seeds, tmp_path):
 @pytest.mark.slow
 @seed(SEED)
 @FUZZ
-@given(which=st.integers(0, 1), muts=mutations)
+@given(which=st.integers(0, len(LAZYSTORE_SEEDS) - 1), muts=mutations)
 def test_fuzz_lazystore_bytes(tmp_path, which, muts):
     seeds = _seeds()
     path = fresh(tmp_path / "f.lzy")
@@ -348,7 +357,7 @@ def test_fuzz_lazystore_bytes(tmp_path, which, muts):
 @pytest.mark.slow
 @seed(SEED)
 @FUZZ
-@given(which=st.integers(0, 1), muts=mutations)
+@given(which=st.integers(0, len(LAZYSTORE_SEEDS) - 1), muts=mutations)
 def test_fuzz_lazystore_index_with_valid_checksum(tmp_path, which, muts):
     seeds = _seeds()
     # Confined to the index, checksum recomputed: the index's own checks must catch it.
@@ -364,7 +373,7 @@ def test_fuzz_lazystore_index_with_valid_checksum(tmp_path, which, muts):
 @pytest.mark.slow
 @seed(SEED)
 @FUZZ
-@given(which=st.integers(0, 1), muts=mutations)
+@given(which=st.integers(0, len(LAZYSTORE_SEEDS) - 1), muts=mutations)
 def test_fuzz_lazystore_data_region(tmp_path, which, muts):
     seeds = _seeds()
     # Confined to the data (index intact): reaches chunk reading and decoding.
@@ -582,6 +591,36 @@ def test_fuzz_tree_metadata(tree_seed, tmp_path, edits, drop):
     except ls.InvalidInputError:
         return  # e.g. a float the writer's JSON refuses; not a reader's concern
     exercise(path, keep_as="tree")
+
+
+# --- chunk-digest declarations (format 1.4) ---------------------------------------------------------
+
+
+def with_metadata(blob: bytes, metadata: bytes) -> bytes:
+    """``blob`` with its metadata section (the index's last) replaced, the
+    header's length and the trailer's index length and checksum fixed."""
+    lo, hi = index_bounds(blob)
+    index = bytearray(blob[lo:hi])
+    old = int.from_bytes(index[40:48], "little")
+    index[40:48] = len(metadata).to_bytes(8, "little")
+    new = bytes(index[: len(index) - old]) + metadata
+    return refix_index_checksum(blob[:lo] + new + blob[hi:], len(new) - (hi - lo))
+
+
+@pytest.mark.slow
+@seed(SEED)
+@FUZZ
+@given(edits=st.lists(json_edit, min_size=1, max_size=3))
+def test_fuzz_digest_member(tmp_path, edits):
+    # The declaration of a file with digests edited (another version, an
+    # unknown algorithm, wrong types, ...): opening, reading and verifying
+    # raise LazyStoreError (FormatError, UnsupportedVersionError) or work.
+    blob = _seeds()["lazystore"][LAZYSTORE_SEEDS.index("digests.lzy")]
+    member = edit_json({"version": 1, "algorithm": "blake3"}, edits)
+    text = '{"s":[1,2],"__lazystore_digest__":' + dumps_with_dups(member) + "}"
+    path = fresh(tmp_path / "d.lzy")
+    path.write_bytes(with_metadata(blob, text.encode()))
+    exercise(path, keep_as="lazystore")
 
 
 # --- regressions ------------------------------------------------------------------------------------

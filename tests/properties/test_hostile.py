@@ -1323,3 +1323,91 @@ def test_hostile_tree_metadata(parts, tmp_path, name):
     path = tmp_path / "tree.lzy"
     path.write_bytes(parts.build())
     expect_rejected_by_open_or_load(path)
+
+
+# --- format 1.4: chunk digests (docs/format.md §10.1, rules G1-G3) -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def digest_bytes(tmp_path_factory) -> bytes:
+    """The base tensors again, with BLAKE3 chunk digests: 56-byte records."""
+    path = tmp_path_factory.mktemp("digests") / "digests.lzy"
+    with ls.Writer(path, chunk_bytes=512, metadata={"step": 1}, digest="blake3") as w:
+        for name, arr, compression in base_tensors():
+            w.add(name, arr, compression=compression)
+    blob = path.read_bytes()
+    p = Parts.parse(blob)
+    assert p.chunks.dtype.itemsize == 56 and list(p.entries["codec"]) == [0, 0, 0, 1]
+    p.trailer["minor"] = 4
+    assert p.build() == blob
+    return blob
+
+
+def digest_parts(blob: bytes, member=None) -> Parts:
+    """``blob`` parsed, to be built as 1.4, with its member replaced by ``member`` when given."""
+    p = Parts.parse(blob)
+    p.trailer["minor"] = 4
+    if member is not None:
+        meta = json.loads(p.metadata)
+        meta["__lazystore_digest__"] = member
+        p.metadata = json.dumps(meta).encode()
+    return p
+
+
+def narrowed(p: Parts, dtype) -> Parts:
+    records = np.zeros(len(p.chunks), dtype)
+    for name in dtype.names:
+        records[name] = p.chunks[name]
+    p.chunks = records
+    return p
+
+
+@pytest.mark.parametrize("case", ["16-byte records", "24-byte records", "member version 2", "version true",
+                                  "algorithm not a string", "member a list", "in a 1.3 file"])
+def test_a_hostile_digest_declaration_is_refused_on_open(digest_bytes, tmp_path, case):
+    p = digest_parts(digest_bytes, {
+        "member version 2": {"version": 2, "algorithm": "blake3"},
+        "version true": {"version": True, "algorithm": "blake3"},
+        "algorithm not a string": {"version": 1, "algorithm": ["blake3"]},
+        "member a list": [1, "blake3"],
+    }.get(case))
+    if case.endswith("records"):
+        narrowed(p, CHUNK_DTYPE if case.startswith("16") else RECORD_DTYPES[1])
+    if case == "in a 1.3 file":
+        p.trailer["minor"] = 3
+        struct.pack_into("<H", p.data, 10, 3)
+    err = expect_open_rejected(tmp_path, p.build())
+    assert "__lazystore_digest__" in str(err) and "rule G1" in str(err)
+    assert not isinstance(err, ls.UnsupportedVersionError)
+
+
+@pytest.mark.parametrize("member", [{"version": 1, "algorithm": "md5"}, {"version": 1, "algorithm": ""}])
+def test_an_unknown_digest_algorithm_refuses_verification_only(digest_bytes, tmp_path, member):
+    path = tmp_path / "odd.lzy"
+    path.write_bytes(digest_parts(digest_bytes, member).build())
+    with ls.open(path) as ck:
+        for name, arr, _ in base_tensors():
+            assert ck[name].tobytes() == arr.tobytes()
+        for fn in (ck.verify, ck.load, lambda: ls.open(path, verify=True), lambda: ls.load(path)):
+            err, peak = attempt(fn)
+            check_error(err, peak, "a verified read")
+            assert isinstance(err, ls.UnsupportedVersionError), err
+
+
+@pytest.mark.parametrize("pos, chunk", [(A, 0), (M, 1), (Z, 1)], ids=["raw", "raw-second-chunk", "zstd"])
+def test_a_digest_mismatch_is_refused_by_every_verified_read(digest_bytes, tmp_path, pos, chunk):
+    # A chunk record's digest no longer matches its chunk (xxh3 and the index checksum are consistent).
+    p = digest_parts(digest_bytes)
+    g = p.chunk_slice(pos).start + chunk
+    p.chunks["digest"][g][:4] = 0xAA
+    path = tmp_path / "mismatch.lzy"
+    path.write_bytes(p.build())
+    name = base_tensors()[pos][0]
+    with ls.open(path) as ck:
+        ck[name]  # an unverified read checks xxh3, which matches
+        assert ck.verify() == [name]
+    with ls.open(path, verify=True) as ck:
+        for fn in (lambda: ck[name], lambda: ck.get_slice(name)[...], ck.load, lambda: ls.load(path)):
+            err, peak = attempt(fn)
+            check_error(err, peak, "a verified read")
+            assert isinstance(err, ls.DigestError) and f"tensor {name!r} chunk {chunk}" in str(err), err

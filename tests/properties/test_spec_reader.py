@@ -1,13 +1,16 @@
-"""An independent reader of format 1.1, written from docs/format.md alone.
+"""An independent reader of format 1.1, written from docs/format.md alone,
+which also checks the chunk digests of format 1.4 (§10.1).
 
-``SpecFile`` uses only struct, json, xxhash, zstandard, numpy and ml_dtypes;
-lazystore is used only to *write* the files it reads. Rule ids (T5, E13, ...)
+``SpecFile`` uses only struct, json, xxhash, zstandard, numpy and ml_dtypes
+(and hashlib and blake3 for digests); lazystore is used only to *write*
+the files it reads. Rule ids (T5, E13, ...)
 refer to docs/format.md section 13.4. The tests check that it decodes what
 lazystore writes to exactly what ``lazystore.load`` returns.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import struct
@@ -35,6 +38,16 @@ DTYPES = {code: np.dtype(t).newbyteorder("<") for code, t in enumerate(
      ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e8m0fnu,
      [("float4_e2m1fn_x2", "u1")], ml_dtypes.complex32], start=1)}
 SINCE = {code: 0 if code <= 17 else 1 for code in DTYPES}  # the minor version that added each code
+DIGEST_KEY = "__lazystore_digest__"  # section 10.1
+
+
+def _blake3(data: bytes) -> bytes:
+    from blake3 import blake3
+
+    return blake3(data).digest()
+
+
+DIGESTS = {"blake3": _blake3, "sha256": lambda data: hashlib.sha256(data).digest()}
 
 
 class SpecError(ValueError):
@@ -111,6 +124,9 @@ class SpecFile:
         dims = struct.unpack_from(f"<{ndims}Q", index, pos)
         pos += ndims * 8
         records = [struct.unpack_from("<QQ", index, pos + j * csize) for j in range(nchunks)]
+        # Section 11.4: in records of at least 56 bytes, the digest at offset 24 (meaningful with the member).
+        digests = [index[pos + j * csize + 24 : pos + j * csize + 56] if csize >= 56 else None
+                   for j in range(nchunks)]
         pos += nchunks * csize
         keys, meta = index[pos : pos + knb], index[pos + knb : pos + knb + mnb]
         # Keys
@@ -155,6 +171,7 @@ class SpecFile:
             require(chunk_pos + count <= nchunks, "E14")
             inner = item * (int(np.prod(shape[axis + 1 :], dtype=object)) if ndim > axis + 1 else 1)
             chunks, at = [], off
+            chunk_digests = digests[chunk_pos : chunk_pos + count]
             for c in range(count):  # (stored offset, stored len, checksum, decoded offset, decoded len)
                 c_stored, c_sum = records[chunk_pos + c]
                 nb = -(-L // extent)
@@ -171,12 +188,13 @@ class SpecFile:
             end = align_up(off + stored, A)
             self.entries[name] = dict(dtype=DTYPES[code], shape=tuple(shape), nbytes=nbytes, codec=codec,
                                       planes=planes, axis=axis, extent=extent, offset=off,
-                                      stored=stored, chunks=chunks)
+                                      stored=stored, chunks=chunks, digests=chunk_digests)
         require(dim_pos == ndims, "E6")
         require(chunk_pos == nchunks, "E14")
         require(sum(r[0] for r in records) <= idx_off, "L1")
         require(end == idx_off, "L4")
         self.metadata = self._metadata(meta)
+        self.digest = self._digest_algorithm(minor, csize)
         self.preamble_checked = tail_start == 0
         if self.preamble_checked:
             self.check_preamble(tail)
@@ -187,6 +205,24 @@ class SpecFile:
         data = self.file.read(n)
         require(len(data) == n, "file shrank")
         return data
+
+    def _digest_algorithm(self, minor: int, csize: int) -> str | None:
+        """Rule G1: the algorithm of the chunk digests the metadata declares, or None."""
+        member = self.metadata.get(DIGEST_KEY)
+        if member is None:
+            return None
+        require(isinstance(member, dict) and type(member.get("version")) is int and minor >= 4, "G1")
+        if member["version"] != 1:  # a newer minor's member: unknown to this reader
+            return None
+        require(isinstance(member.get("algorithm"), str) and csize >= 56, "G1")
+        if member["algorithm"] not in DIGESTS:
+            raise SpecVersionError(f"file digests its chunks with {member['algorithm']!r}, unknown to this reader")
+        return member["algorithm"]
+
+    def check_digest(self, e: dict, c: int, blob: bytes) -> None:
+        """Rule G2, in a file with digests (this reader always verifies)."""
+        if self.digest is not None:
+            require(DIGESTS[self.digest](blob) == e["digests"][c], "G2 (chunk digest)")
 
     @staticmethod
     def _metadata(blob: bytes) -> dict:
@@ -209,10 +245,11 @@ class SpecFile:
         require((major, minor) == self.version, "P4")
         require(not any(head[16 : align_up(16, self.alignment)]), "P5")
 
-    def decode_chunk(self, e: dict, chunk) -> bytes:
-        at, n, checksum, _, dlen = chunk
+    def decode_chunk(self, e: dict, c: int) -> bytes:
+        at, n, checksum, _, dlen = e["chunks"][c]
         blob = self.read(at, n)
         require(xxhash.xxh3_64_intdigest(blob) == checksum, "D1 (chunk checksum)")
+        self.check_digest(e, c, blob)
         if e["codec"] == 0:
             return blob
         P = e["planes"]
@@ -240,7 +277,7 @@ class SpecFile:
         buf = bytearray(e["nbytes"])
         for c in chunk_ids:
             chunk = e["chunks"][c]
-            buf[chunk[3] : chunk[3] + chunk[4]] = self.decode_chunk(e, chunk)
+            buf[chunk[3] : chunk[3] + chunk[4]] = self.decode_chunk(e, c)
         return np.frombuffer(bytes(buf), dtype=e["dtype"]).reshape(e["shape"])
 
     def tensor(self, name: str) -> np.ndarray:
@@ -265,11 +302,13 @@ class SpecFile:
         return self._assemble(e, ids)[index], ids
 
     def verify(self) -> None:
-        """V1-V3: every checksum, every padding byte, the preamble."""
+        """V1-V3: every checksum (and digest), every padding byte, the preamble."""
         self.check_preamble(self.read(0, align_up(16, self.alignment)))
         for e in self.entries.values():
-            for at, n, checksum, _, _ in e["chunks"]:
-                require(xxhash.xxh3_64_intdigest(self.read(at, n)) == checksum, "V1")
+            for c, (at, n, checksum, _, _) in enumerate(e["chunks"]):
+                blob = self.read(at, n)
+                require(xxhash.xxh3_64_intdigest(blob) == checksum, "V1")
+                self.check_digest(e, c, blob)
             end = e["offset"] + e["stored"]
             require(not any(self.read(end, align_up(end, self.alignment) - end)), "V2")
 
@@ -459,10 +498,10 @@ def rewrite(src, dst, *, version=None, extra_entry=0, extra_record=0, index_edit
 def test_newer_minor_with_wider_records(tmp_path):
     ls.save(sample_tensors(np.random.default_rng(1)), tmp_path / "v10.lzy", compression="zstd", chunk_bytes=64)
     expected = ls.load(tmp_path / "v10.lzy")
-    path = tmp_path / "v14.lzy"  # newer than both readers (1.1 and lazystore's 1.3)
-    rewrite(tmp_path / "v10.lzy", path, version=(1, 4), extra_entry=8, extra_record=16)
+    path = tmp_path / "v15.lzy"  # newer than both readers (1.1 and lazystore's 1.4)
+    rewrite(tmp_path / "v10.lzy", path, version=(1, 5), extra_entry=8, extra_record=16)
     with SpecFile(path) as f:
-        assert f.version == (1, 4) and f.size > (tmp_path / "v10.lzy").stat().st_size
+        assert f.version == (1, 5) and f.size > (tmp_path / "v10.lzy").stat().st_size
         f.verify()
     assert_same(spec_load(path)[0], expected)
     assert_same(ls.load(path), expected)
@@ -645,3 +684,38 @@ def test_unknown_dtype_code_is_a_newer_version_only_in_a_newer_file(tmp_path, ve
         assert not isinstance(exc.value, ls.UnsupportedVersionError)
     with ls.open(path) as ck:  # the other tensors still read: entries are checked on first use
         assert ck["w"].tolist() == [1.0, -1.0]
+
+
+# -- format 1.4: chunk digests (section 10.1) --------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", sorted(DIGESTS))
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_decodes_files_with_digests_like_lazystore(tmp_path, algorithm, compression):
+    path = tmp_path / "d.lzy"
+    ls.save(sample_tensors(np.random.default_rng(2)), path, compression=compression, chunk_bytes=256,
+            digest=algorithm)
+    with SpecFile(path) as f:
+        assert f.version == (1, 4) and f.digest == algorithm
+        f.verify()  # every chunk's digest, with this reader's own hashlib / blake3
+    assert_same(spec_load(path)[0], ls.load(path))
+
+
+def test_both_readers_refuse_a_chunk_whose_xxh3_was_recomputed(tmp_path):
+    path = tmp_path / "d.lzy"
+    ls.save({"a": np.arange(1024, dtype=np.int32)}, path, digest="sha256", chunk_bytes=1024)
+    with SpecFile(path) as f:
+        at = f.entries["a"]["chunks"][2][0]
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+
+    def fix_checksum(index: bytearray) -> None:  # the chunk's xxh3, in its record (chunk 2, 56-byte records)
+        record = 64 + 48 + 8 + 2 * 56
+        struct.pack_into("<Q", index, record + 8, xxhash.xxh3_64_intdigest(bytes(data[at : at + 1024])))
+
+    (tmp_path / "flipped.lzy").write_bytes(bytes(data))
+    rewrite(tmp_path / "flipped.lzy", tmp_path / "bad.lzy", index_edit=fix_checksum)
+    with pytest.raises(SpecError, match="G2"), SpecFile(tmp_path / "bad.lzy") as f:
+        f.tensor("a")
+    with pytest.raises(ls.DigestError, match="tensor 'a' chunk 2"):
+        ls.load(tmp_path / "bad.lzy")
