@@ -53,14 +53,15 @@ def load(data, *, verify: bool = True) -> dict[str, np.ndarray]:
         return ck.load(verify=verify)
 
 
-def load_file(filename, *, backend: str = "mmap", verify: bool = True) -> dict[str, np.ndarray]:
+def load_file(filename, *, backend: str = "mmap", verify: bool = True, encryption_key=None) -> dict[str, np.ndarray]:
     """Every array of ``filename``, in the file's order, as
     ``safe_open(filename, framework="np").get_tensors()`` gives them:
     writable; on a local file raw arrays are copy-on-write views of it
     (writing never changes the file); checked against their checksums
     unless ``verify=False``. ``backend`` ("mmap" or "pread") is accepted;
-    lazystore picks its own I/O."""
-    with safe_open(filename, framework="np", backend=backend) as f:
+    lazystore picks its own I/O. ``encryption_key`` reads an encrypted file,
+    as ``ls.open`` does (``save_file(..., encryption_key=...)`` writes one)."""
+    with safe_open(filename, framework="np", backend=backend, encryption_key=encryption_key) as f:
         return f.get_tensors(verify=verify)
 
 

@@ -334,6 +334,16 @@ def test_torch_save_file_load_file_and_safe_open(tmp_path):
     assert torch.equal(fresh.weight, model.weight)
 
 
+def test_lazystore_numpy_save_file_and_load_file(tmp_path, tensors):
+    from lazystore.numpy import load_file, save_file
+
+    path = tmp_path / "np.lzy"
+    save_file({"w": tensors["w"]}, path, encryption_key=KEY)
+    np.testing.assert_array_equal(load_file(path, encryption_key=KEY)["w"], tensors["w"])
+    with pytest.raises(ls.EncryptionKeyError):
+        load_file(path)
+
+
 def test_convert_writes_a_copy_of_an_encrypted_file_in_plaintext(sealed, tmp_path, tensors):
     from lazystore.interop import to_lazystore
 
