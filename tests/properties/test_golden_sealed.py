@@ -48,21 +48,22 @@ def golden_tensors() -> dict[str, np.ndarray]:
             "e": np.zeros((0, 2), dtype=np.int8)}
 
 
-@pytest.fixture(scope="module")
-def golden() -> bytes:
+def golden_bytes() -> bytes:
+    """The committed file's bytes, checked to be the committed file."""
     return committed(GOLDEN, GOLDEN_SIZE, GOLDEN_SHA256)
 
 
 @same_zstd
-def test_the_writer_reproduces_the_golden_bytes(golden, tmp_path):
+def test_the_writer_reproduces_the_golden_bytes(tmp_path):
     path = tmp_path / "again.lzy"
     with ls.Writer(path, encryption_key=KEY, _salt=SALT, chunk_bytes=128, metadata={"step": 7}) as w:
         for name, value in golden_tensors().items():
             w.add(name, value, compression="zstd" if name == "z" else None)
-    assert path.read_bytes() == golden
+    assert path.read_bytes() == golden_bytes()
 
 
-def test_lazystore_reads_the_golden_file(golden):
+def test_lazystore_reads_the_golden_file():
+    golden_bytes()
     with ls.open(GOLDEN, encryption_key=KEY) as ck:
         assert ck.format_version == (1, 4) and ck.metadata == {"step": 7}
         assert [ck.info(n).compression for n in ck] == ["sealed", "sealed+zstd", None]
@@ -73,7 +74,8 @@ def test_lazystore_reads_the_golden_file(golden):
         ls.open(GOLDEN, encryption_key=bytes(32))
 
 
-def test_a_1_1_reader_refuses_it_as_a_newer_version(golden):
+def test_a_1_1_reader_refuses_it_as_a_newer_version():
+    golden_bytes()
     with pytest.raises(SpecVersionError, match=r"format 1\.4 and uses codec 128.*newer reader"):
         SpecFile(GOLDEN, reader_minor=1)
 
@@ -139,9 +141,10 @@ def _planes(stored: bytes, planes: int, plane_len: int) -> bytes:
     return np.stack([np.frombuffer(p, np.uint8) for p in parts], axis=1).tobytes()
 
 
-def test_the_spec_reader_decrypts_the_golden_file(golden):
+def test_the_spec_reader_decrypts_the_golden_file():
+    read = spec_open(golden_bytes(), KEY)
     for name, value in golden_tensors().items():
-        np.testing.assert_array_equal(spec_open(golden, KEY)[name], value)
+        np.testing.assert_array_equal(read[name], value)
 
 
 def test_the_spec_reader_agrees_with_lazystore_on_a_larger_file(tmp_path):
