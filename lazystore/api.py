@@ -17,6 +17,7 @@ from pathlib import Path
 
 from lazystore._core import arguments, frameworks, staging, torch_reads
 from lazystore._core import torch_arrays as torch_adapter
+from lazystore._core.aead import resolve_key
 from lazystore._native.base_ref import BASE_KEY
 from lazystore.errors import BaseCheckpointError, InvalidInputError
 from lazystore.interop import targets
@@ -38,7 +39,8 @@ _WRITER_OPTIONS = ("alignment", "chunk_bytes", "digest")
 
 
 def open(path, *, verify: bool = False, storage_options: Mapping | None = None,  # noqa: A001 - ls.open reads as the built-in open does, on purpose
-         mmap: bool = True, public_key=None, signature=None, index_sha256: str | None = None) -> ViewBase:
+         mmap: bool = True, encryption_key=None, public_key=None, signature=None,
+         index_sha256: str | None = None) -> ViewBase:
     """Open a checkpoint lazily: only the index is read (from a URL: at most
     two small requests, the object's size and its tail).
 
@@ -77,6 +79,15 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None, 
     file), as ``torch.load`` takes one: its bytes from its position on are
     read into memory and the view reads them there.
 
+    ``encryption_key`` (32 bytes, or a zero-argument callable returning
+    them, called once) reads an encrypted checkpoint (see :func:`save`).
+    Opening checks that it is the file's key (EncryptionKeyError if not)
+    and that the index is the one written (DecryptionError if not); every
+    chunk read is authenticated as it is decrypted. Without it, an
+    encrypted file still opens, and its names, dtypes, shapes and metadata
+    can be read: reading a tensor raises EncryptionKeyError. A key given
+    for a file that is not encrypted raises EncryptionKeyError.
+
     ``public_key`` (a PEM file's path, PEM bytes or a ``cryptography`` key)
     opens a signed checkpoint: the signature (``signature``, by default
     ``path + ".sig"``, or ``DIR/model.sig`` for a folder of shards, read
@@ -86,21 +97,22 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None, 
     forged or mismatched signature raises SignatureError.
     ``index_sha256`` (64 hex characters, what ``lazystore info`` prints)
     pins the index instead of a signature, with the same checks. Both need
-    a file with chunk digests. See docs/signing.md.
+    a file with chunk digests. See docs/signing.md and docs/security.md.
     """
     if is_file_object(path):
         if public_key is not None or index_sha256 is not None:
             raise InvalidInputError("public_key= and index_sha256= check a checkpoint opened by its path or URL")
-        return _open_in_memory(read_file_object(path), verify)
+        return _open_in_memory(read_file_object(path), verify, encryption_key)
     anchor = anchor_for(path, public_key=public_key, signature=signature, index_sha256=index_sha256,
                         storage_options=storage_options)
     return open_path(path, verify=verify or anchor is not None, storage_options=storage_options, mmap=mmap,
-                     anchor=anchor)
+                     anchor=anchor, encryption_key=encryption_key)
 
 
 def save(obj, path, *, compression=None, compression_level: int | None = None,
          metadata: Mapping | None = None, storage_options: Mapping | None = None,
-         max_shard_size: int | None = None, blocking: bool = True, base=None, **writer_options):
+         max_shard_size: int | None = None, blocking: bool = True, base=None, encryption_key=None,
+         **writer_options):
     """Write a checkpoint atomically: a flat mapping of names to arrays, or any
     nested training state.
 
@@ -163,10 +175,21 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     bytes are written to the object at its position (a blocking save of one
     file only: no ``base``, ``max_shard_size``, ``storage_options`` or
     ``blocking=False``).
+
+    ``encryption_key`` (32 bytes, or a zero-argument callable returning
+    them, such as a KMS call, called once per save) encrypts the file:
+    every tensor's bytes are sealed with AES-256-GCM chunk by chunk, and the
+    index is authenticated (format 1.4; see docs/format.md, "Sealed
+    (encrypted) chunks"). Names, dtypes, shapes and metadata are not
+    encrypted. A sharded save encrypts each shard under its own salt; a
+    delta (``base``) or a safetensors file cannot be encrypted.
     """
     arguments.known_options(writer_options, _WRITER_OPTIONS, others=_SAVE_KEYWORDS)
     if writer_options.get("digest", "") is None:  # the default, said aloud: what every format can do
         del writer_options["digest"]
+    encryption_key = resolve_key(encryption_key)
+    if encryption_key is not None:
+        writer_options["encryption_key"] = encryption_key
     if is_file_object(path):
         if base is not None or max_shard_size is not None or storage_options is not None or not blocking:
             raise InvalidInputError("a save to a file object is one blocking file: base, max_shard_size, "
@@ -182,7 +205,7 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
         # What opens the writer: one class or another, a TensorWriter each.
         writer: Callable[..., TensorWriter] = partial(ShardedWriter, max_shard_size=max_shard_size)
     elif (fmt := targets.format_of(path)) == "safetensors":
-        _check_safetensors(obj, path, compression=compression, base=base, options=writer_options)
+        _check_safetensors(obj, path, compression=compression, base=base, options=writer_options)  # refuses a key
         writer = partial(SafetensorsWriter, storage_options=storage_options)
     elif (refused := targets.refusal(path, fmt)) is not None:
         raise InvalidInputError(refused)
@@ -210,19 +233,19 @@ def _save_to_file_object(obj, f, **options) -> None:
             shutil.copyfileobj(src, f)
 
 
-def open_bytes(data, *, verify: bool = False) -> CheckpointView:
+def open_bytes(data, *, verify: bool = False, encryption_key=None) -> CheckpointView:
     """The view of a checkpoint held in bytes (what ``lazystore.torch.load``
     and ``lazystore.numpy.load`` read): lazystore or safetensors bytes,
     read where they are."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidInputError(f"expected the bytes of a checkpoint, got {type(data).__name__}")
-    return _open_in_memory(BytesSource(data), verify)
+    return _open_in_memory(BytesSource(data), verify, encryption_key)
 
 
-def _open_in_memory(source, verify: bool) -> CheckpointView:
+def _open_in_memory(source, verify: bool, encryption_key=None) -> CheckpointView:
     """The view of a checkpoint held in memory. A delta checkpoint is
     refused: its base is a file beside it, and bytes are beside nothing."""
-    ck = open_view(source, verify=verify)
+    ck = open_view(source, verify=verify, encryption_key=resolve_key(encryption_key))
     if BASE_KEY in ck.system_metadata:
         ck.close()
         raise BaseCheckpointError(f"{source.name} is a delta checkpoint: read it from its file, beside its base")
@@ -241,6 +264,8 @@ def _check_safetensors(obj, path, *, compression, base, options) -> None:
         why = refused
     elif base is not None:
         why = "a delta checkpoint (base=) is a lazystore file"
+    elif "encryption_key" in options:
+        why = "an encrypted checkpoint (encryption_key=) is a lazystore file"
     elif options:
         why = f"{', '.join(sorted(options))} set(s) the layout of a lazystore file"
     if why is not None:
@@ -249,7 +274,7 @@ def _check_safetensors(obj, path, *, compression, base, options) -> None:
 
 
 def load(path, keys=None, *, map_location=None, verify: bool = True, storage_options: Mapping | None = None,
-         public_key=None, signature=None, index_sha256: str | None = None):
+         encryption_key=None, public_key=None, signature=None, index_sha256: str | None = None):
     """Read a checkpoint back, as it was saved.
 
     A flat checkpoint (no nested structure) gives a dict of names to arrays,
@@ -290,6 +315,7 @@ def load(path, keys=None, *, map_location=None, verify: bool = True, storage_opt
     one request, requests sent concurrently, every byte checked against its
     checksum.
 
+    ``encryption_key`` reads an encrypted checkpoint, as for :func:`open`.
     ``public_key``, ``signature`` and ``index_sha256`` check a signed (or
     pinned) checkpoint as :func:`open` does; every tensor loaded is then
     checked against its chunk digests (``verify=False`` is refused with them).
@@ -297,8 +323,8 @@ def load(path, keys=None, *, map_location=None, verify: bool = True, storage_opt
     refuse_unchecked(verify, public_key, index_sha256)
     # Checked by each load(verify=...) below, which checks what the file
     # records; open(verify=True) would refuse a file that records nothing.
-    with open(path, storage_options=storage_options, public_key=public_key, signature=signature,
-              index_sha256=index_sha256) as ck:
+    with open(path, storage_options=storage_options, encryption_key=encryption_key, public_key=public_key,
+              signature=signature, index_sha256=index_sha256) as ck:
         structure = ck.system_metadata.get(tree.TREE_KEY)
         if structure is None and frameworks.saved_from_torch(ck.metadata, ck.system_metadata):
             torch_adapter.require()

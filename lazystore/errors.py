@@ -121,6 +121,19 @@ class ShutdownError(LazyStoreError, RuntimeError):
     save with ``blocking=True`` there, or close the manager before exit."""
 
 
+
+class EncryptionKeyError(LazyStoreError):
+    """An encrypted checkpoint read without its key (names the tensor), a
+    key that does not open the file (its key-check value differs), or a
+    key given for a file that is not encrypted."""
+
+
+class DecryptionError(ChecksumError):
+    """A sealed (encrypted) chunk whose authentication tag fails (names the
+    tensor and chunk: it was modified, moved or swapped), or an encrypted
+    file whose index fails its MAC (says "index"). Never garbage: no byte
+    of a chunk that fails is handed out."""
+
 # Old names, kept so code written against them (``except ls.InvalidIndexError``)
 # still runs, each the very class it was renamed to; reading one warns, naming
 # the new name (PEP 562, as zarr and httpx deprecate names). lazystore itself

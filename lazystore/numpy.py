@@ -102,7 +102,7 @@ def load(data, *, verify: bool = True) -> dict[str, np.ndarray]:
         return ck.load(verify=verify)
 
 
-def load_file(filename, *, backend: str = "mmap", verify: bool = True) -> dict[str, np.ndarray]:
+def load_file(filename, *, backend: str = "mmap", verify: bool = True, encryption_key=None) -> dict[str, np.ndarray]:
     """Every array of ``filename``, in the file's order.
 
     As ``safe_open(filename, framework="np").get_tensors()`` gives them:
@@ -117,13 +117,16 @@ def load_file(filename, *, backend: str = "mmap", verify: bool = True) -> dict[s
         Accepted for safetensors' sake; lazystore picks its own I/O.
     verify : bool, optional
         Check each array against its checksums (the default).
+    encryption_key : bytes or callable, optional
+        Reads an encrypted file, as ``ls.open`` does
+        (``save_file(..., encryption_key=...)`` writes one).
 
     Returns
     -------
     dict of str to numpy.ndarray
         Every array of the file, by name.
     """
-    with safe_open(filename, framework="np", backend=backend) as f:
+    with safe_open(filename, framework="np", backend=backend, encryption_key=encryption_key) as f:
         return f.get_tensors(verify=verify)
 
 

@@ -24,6 +24,8 @@ import numpy as np
 
 from lazystore._native.entry_rules import (
     CONTENT_DELTA_CODEC,
+    SEALED_RAW_CODEC,
+    TAG_BYTES,
     Description,
     Fields,
     Layout,
@@ -33,7 +35,7 @@ from lazystore._native.entry_rules import (
     first_broken,
     padding_end_of,
 )
-from lazystore.codecs import DELTA_CODEC_IDS
+from lazystore.codecs import DELTA_CODEC_IDS, SEALED_CODEC_IDS
 from lazystore.errors import FormatError
 
 # Batches up to this size find their distinct descriptions with a dict of
@@ -84,8 +86,10 @@ def check_batch(sections: Sections, layout: Layout, pos: np.ndarray, described: 
     expected = np.where(pos > 0, padding_end_of(previous[:, OFFSET], previous[:, STORED], layout, np.minimum),
                         _U64(layout.data_start))
     delta = table.delta[desc_of]
-    fields = Fields(rows[:, OFFSET], rows[:, STORED], raw, ~raw, delta, table.content[desc_of], ~delta,
-                    table.planes[desc_of], expected, pos == layout.n_tensors - 1)
+    sealed_raw, sealed = table.sealed_raw[desc_of], table.sealed[desc_of]
+    fields = Fields(rows[:, OFFSET], rows[:, STORED], raw, ~raw & ~sealed_raw, delta, table.content[desc_of], ~delta,
+                    table.planes[desc_of], expected, pos == layout.n_tensors - 1, sealed_raw, sealed,
+                    sealed.astype(_U64) * _U64(TAG_BYTES))
     broken, padding_end = chunk_and_place_rules(fields, chunks, layout)
     masks = np.vstack([~table.ok[desc_of]] + [verdict for _, verdict in broken])  # a row per rule, in order
     bad = np.flatnonzero(masks.any(axis=0))
@@ -127,9 +131,11 @@ def check_one(layout: Layout, pos: int, row: tuple, dims: tuple, stored: tuple, 
     if not isinstance(d, Description):
         return Checked([], [], [], [], [], [], [], {pos: str(d)})
     expected = layout.data_start if previous is None else padding_end_of(previous[0], previous[1], layout, min)
-    raw, delta = d.codec == 0, d.codec in DELTA_CODEC_IDS
-    fields = Fields(offset, stored_nbytes, raw, not raw, delta, d.codec == CONTENT_DELTA_CODEC, not delta, d.planes,
-                    expected, pos == layout.n_tensors - 1)
+    raw, delta, sealed_raw, sealed = d.codec == 0, d.codec in DELTA_CODEC_IDS, d.codec == SEALED_RAW_CODEC, \
+        d.codec in SEALED_CODEC_IDS
+    fields = Fields(offset, stored_nbytes, raw, not (raw or sealed_raw), delta, d.codec == CONTENT_DELTA_CODEC,
+                    not delta, d.planes, expected, pos == layout.n_tensors - 1, sealed_raw, sealed,
+                    TAG_BYTES if sealed else 0)
     broken, padding_end = chunk_and_place_rules(fields, One(stored, d.decoded), layout)
     message = first_broken(broken, offset, stored_nbytes)
     if message is not None:
@@ -253,6 +259,8 @@ class _DescriptionTable(NamedTuple):
     raw: np.ndarray  # bool: codec 0
     delta: np.ndarray  # bool: codec 2 or 3
     content: np.ndarray  # bool: codec 3
+    sealed_raw: np.ndarray  # bool: codec 128
+    sealed: np.ndarray  # bool: codec 128 or 129
     planes: np.ndarray  # uint64
     decoded_at: np.ndarray  # int64: where its chunks' decoded lengths start in ``decoded``
     decoded: np.ndarray  # uint64, every description's decoded lengths, then a 0
@@ -266,6 +274,8 @@ class _DescriptionTable(NamedTuple):
                    np.array([d is not None and d.codec == 0 for d in good], bool),
                    np.array([d is not None and d.codec in DELTA_CODEC_IDS for d in good], bool),
                    np.array([d is not None and d.codec == CONTENT_DELTA_CODEC for d in good], bool),
+                   np.array([d is not None and d.codec == SEALED_RAW_CODEC for d in good], bool),
+                   np.array([d is not None and d.codec in SEALED_CODEC_IDS for d in good], bool),
                    np.array([d.planes if d else 0 for d in good], _U64), decoded_at[:-1],
                    np.fromiter(chain(chain.from_iterable(lists), (0,)), _U64, int(decoded_at[-1]) + 1))
 

@@ -25,6 +25,7 @@ import numpy as np
 from lazystore._core.chunking import ChunkGrid
 from lazystore._core.dtypes import BY_CODE
 from lazystore.codecs import CODECS_BY_ID, ContentDeltaPlanes, DeltaPlanes
+from lazystore.codecs.sealed import SEALED_BASE, SealedRaw
 from lazystore.errors import FormatError
 
 MAX_NDIM = 64  # numpy's own limit
@@ -36,6 +37,8 @@ MAX_SIZE = 1 << 62
 MAX_EXPANSION = 1 << 15
 DELTA_CODEC = DeltaPlanes.id  # format 1.2: a base identified by its index checksum
 CONTENT_DELTA_CODEC = ContentDeltaPlanes.id  # format 1.3: a base identified by its chunks' content
+SEALED_RAW_CODEC = SealedRaw.id  # format 1.4: codec 0, sealed (rule S1)
+TAG_BYTES = 16  # a sealed chunk's AES-GCM tag (rules S1, S2)
 
 
 class Description(NamedTuple):
@@ -72,13 +75,16 @@ class Fields(NamedTuple):
     offset: Any  # data_offset
     stored_nbytes: Any
     raw: Any  # codec 0 (true or false)
-    compressed: Any  # codec 1 or 2
+    compressed: Any  # codec 1, 2, 3 or 129: stored with a plane header
     delta: Any  # codec 2 or 3: a chunk of no bytes is one equal to the base's
     content: Any  # codec 3: a delta against a base identified by content
     strict: Any  # not a delta: every compressed chunk holds its plane header
     planes: Any
     expected: Any  # where the previous tensor's padding ends (entry 0: the data region's start)
     last: Any  # the index's last entry (true or false)
+    sealed_raw: Any = False  # codec 128: codec 0 sealed (rule S1)
+    sealed: Any = False  # codec 128 or 129 (format 1.4)
+    tag: Any = 0  # the bytes a sealed chunk adds to its inner one: 16 where sealed, else 0
 
 
 def describe(small: int, nbytes: int, count: int, extent: int, dims: tuple[int, ...]) -> Description:
@@ -102,7 +108,7 @@ def _check_small_fields(code: int, codec: int, ndim: int, axis: int, planes: int
         raise FormatError(f"unknown dtype code {code}")
     if codec not in CODECS_BY_ID:
         raise FormatError("unknown codec")
-    if codec == 0 and planes != 1:
+    if codec in (0, SEALED_BASE) and planes != 1:  # raw, or raw sealed (rule S1)
         raise FormatError("raw tensor with byte planes")
     if codec != 0 and planes not in (1, BY_CODE[code].dtype.itemsize):
         raise FormatError("invalid byte plane count")
@@ -172,20 +178,25 @@ def chunk_and_place_rules(e: Fields, chunks, layout: Layout) -> tuple[Broken, An
     padding ends is an int for one entry, an array for a batch."""
     limit = layout.data_end
     four_planes = 4 * chunks.spread(e.planes)
+    tag = chunks.spread(e.tag)  # rule S2: C3 applies to a sealed chunk less its tag
     strict = chunks.spread(e.strict)
     broken: Broken = [
         ("chunk lengths add up to more than the file", chunks.any(lambda s, d: s > limit)),  # C1
         ("raw chunk length differs from its decoded length", e.raw & chunks.any(lambda s, d: s != d)),  # C2
         ("compressed chunk shorter than its plane header",
-         e.compressed & chunks.any(lambda s, d: (s < four_planes) & ((s != 0) | strict))),  # C3
+         e.compressed & chunks.any(lambda s, d: (s < four_planes + tag) & ((s != 0) | strict))),  # C3, S2
         ("compressed chunk claims an impossible expansion",
-         e.compressed & chunks.any(lambda s, d: (d // MAX_EXPANSION > s) & ((s != 0) | strict))),  # C3
+         e.compressed & chunks.any(lambda s, d: (d // MAX_EXPANSION + tag > s) & ((s != 0) | strict))),  # C3, S2
+        (f"sealed raw chunk length is not its decoded length plus the {TAG_BYTES}-byte tag",
+         e.sealed_raw & chunks.any(lambda s, d: s != d + TAG_BYTES)),  # S1
         (f"delta codec in a format 1.{layout.minor} file (codec {DELTA_CODEC} is format 1.2, "
          f"{CONTENT_DELTA_CODEC} format 1.3)", e.delta & _older_than(layout, 2)),  # C4
         (f"codec {CONTENT_DELTA_CODEC} in a format 1.{layout.minor} file (it is format 1.3)",
          e.content & _older_than(layout, 3)),  # C5
         (f"codec {CONTENT_DELTA_CODEC} but chunk records without base checksums",
          e.content & (not layout.base_checksums)),  # C5
+        (f"sealed codec in a format 1.{layout.minor} file (codecs 128 and 129 are format 1.4)",
+         e.sealed & _older_than(layout, 4)),  # S3
         (f"codec {CONTENT_DELTA_CODEC} in a file with chunk digests but chunk records without base digests",
          e.content & layout.no_base_digests),  # G1
         ("stored size differs from the sum of its chunks", chunks.sum_differs(e.stored_nbytes)),  # L2

@@ -36,6 +36,7 @@ from lazystore._native import chunk_digests, entry_batch, entry_rules
 from lazystore._native import layout as fmt
 from lazystore._native.base_ref import BASE_KEY, parse_base_ref
 from lazystore._native.entry_rules import Description
+from lazystore._native.sealed_index import SealedIndex, sealed_index
 from lazystore.codecs import CODECS_BY_ID, DELTA_CODEC_IDS
 from lazystore.errors import FormatError, UnsupportedVersionError
 
@@ -165,6 +166,7 @@ class Index:
         if self.packed and not self.count and data_end != self.data_start:
             raise FormatError(f"the index starts at {data_end} but an empty file's data ends at {self.data_start}")
         self.identity: tuple[int, int] | None = None  # (index checksum, length), from a lazystore trailer
+        self.sealing: SealedIndex | None = None  # an encrypted file's (format 1.4): set by parse
         # The chunks' cryptographic digests (format 1.4, rule G1), where the file declares them.
         self.digests = chunk_digests.declared(self.system_metadata, raw, minor if self.packed else None)
         self._validated: dict[int, Entry] = {}
@@ -315,8 +317,10 @@ class Index:
     @classmethod
     def parse(cls, buf, data_end: int, minor: int | None = None) -> Index:
         raw = fmt.decode_index(buf)
-        return cls(raw, _decode_keys(raw.keys, len(raw.entries)), _decode_metadata(raw.metadata), data_end,
-                   minor=minor)
+        index = cls(raw, _decode_keys(raw.keys, len(raw.entries)), _decode_metadata(raw.metadata), data_end,
+                    minor=minor)
+        index.sealing = sealed_index(index.system_metadata, raw.entries, minor, buf)  # rules S3, S4
+        return index
 
     @classmethod
     def foreign(cls, raw: fmt.RawIndex, names: list[str], metadata: dict, data_end: int, *, kind: str,

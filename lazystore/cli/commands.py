@@ -18,7 +18,8 @@ from lazystore import signing
 from lazystore._core import crypto_digest
 from lazystore._core.batching import batch_by_bytes
 from lazystore.cli.errors import CliError, about
-from lazystore.cli.inputs import Tensors, dcp_folder, open_input
+from lazystore.cli.inputs import Tensors, dcp_folder, is_encrypted, open_input
+from lazystore.cli.keys import key_from
 from lazystore.cli.outputs import open_output, output_format
 from lazystore.cli.progress import progress
 from lazystore.cli.signing import refuse_options_without_key, verify_signed
@@ -48,7 +49,7 @@ PROGRESS_STEP_BYTES = 64 << 20
 
 
 def cmd_info(args) -> int:
-    with open_input(args.path) as ck, about(args.path):
+    with open_input(args.path, encryption_key=key_from(args)) as ck, about(args.path):
         infos = [ck.info(n) for n in ck]
         nbytes, stored = ck.nbytes, ck.stored_nbytes
         codecs: dict[str, int] = {}
@@ -68,6 +69,7 @@ def cmd_info(args) -> int:
             "dtypes": dtypes,
             "nested": TREE_KEY in ck.system_metadata,
             "digest": digest_of(ck),
+            "encrypted": any(c.startswith("sealed") for c in codecs),
             "metadata": ck.metadata,
             "system_metadata_keys": sorted(ck.system_metadata),
         }
@@ -87,6 +89,7 @@ def cmd_info(args) -> int:
         ("dtypes", ", ".join(f"{n} {d}" for d, n in sorted(dtypes.items())) or "-"),
         ("nested state", "yes (ls.load rebuilds the saved structure)" if summary["nested"] else "no"),
         ("digests", summary["digest"] or "none (xxh3 checksums only)"),
+        ("encrypted", "yes (tensor bytes; names, shapes and metadata are not)" if summary["encrypted"] else "no"),
     ]
     if "index_sha256" in summary:
         rows.append(("index sha256", summary["index_sha256"]))
@@ -110,7 +113,7 @@ def _ratio_text(r: float | None, codecs: dict[str, int]) -> str:
 
 
 def cmd_ls(args) -> int:
-    with open_input(args.path) as ck, about(args.path):
+    with open_input(args.path, encryption_key=key_from(args)) as ck, about(args.path):
         try:
             view = ck if args.glob is None else ck.select(args.glob)
         except ls.TensorNotFoundError:  # a finding, not an error: exit code 1
@@ -138,7 +141,7 @@ def cmd_verify(args) -> int:
         bad, total, intact = verify_signed(args, _verify_all)
     else:
         refuse_options_without_key(args)
-        with open_input(args.path, stream=True) as ck, about(args.path):
+        with open_input(args.path, stream=True, encryption_key=key_from(args)) as ck, about(args.path):
             bad, total = _verify_all(ck), len(ck)
             intact = f"OK, {plural(total, 'tensor')} intact"
     for name in bad:
@@ -214,12 +217,16 @@ def cmd_convert(args) -> int:
     _check_level(args)
     if dcp_folder(args.src):
         return _consolidate(args)
-    with open_input(args.src, verify=True, stream=True) as ck:
+    key = key_from(args)
+    # The key opens SRC if it is encrypted, and encrypts DST unless --decrypt.
+    with open_input(args.src, verify=True, stream=True,
+                    encryption_key=key if key is not None and is_encrypted(args.src) else None) as ck:
         with about(args.src):
             metadata, system_metadata = carried_metadata(ck)
         with open_output(args.dst, metadata=metadata, system_metadata=system_metadata,
                          compression_level=args.level, max_shard_size=args.max_shard_size,
-                         digest=_output_digest(args, [ck], args.dst)) as out, \
+                         digest=_output_digest(args, [ck], args.dst),
+                         encryption_key=None if args.decrypt else key) as out, \
                 about(args.dst):
             _copy({n: (args.src, ck) for n in ck}, out, args.compression, "convert")
         count, nbytes = len(ck), ck.nbytes
@@ -230,6 +237,9 @@ def cmd_convert(args) -> int:
 def _consolidate(args) -> int:
     """convert of a DCP checkpoint folder: :func:`lazystore.dcp.consolidate`,
     into one lazystore file."""
+    if key_from(args) is not None:
+        raise CliError(f"{args.src}: a DCP checkpoint is consolidated unencrypted; encrypt the result with a "
+                       "second convert")
     if args.max_shard_size is not None or output_format(args.dst) != "lazystore":
         raise CliError(f"{args.dst}: a DCP checkpoint is consolidated into one lazystore file (.lzy); "
                        "--max-shard-size and other output formats are not supported for DCP input")

@@ -20,7 +20,7 @@ from lazystore.cli.errors import CliError, about
 from lazystore.interop import archives, open_verified
 
 
-def open_input(path, *, verify: bool = False, stream: bool = False) -> ls.ViewBase:
+def open_input(path, *, verify: bool = False, stream: bool = False, encryption_key: bytes | None = None) -> ls.ViewBase:
     """Open any checkpoint :func:`lazystore.open` reads (lazystore, safetensors,
     sharded folders), or a torch zip / ``.npz`` archive (read through
     ``torch.load(weights_only=True)`` / ``allow_pickle=False`` only).
@@ -34,12 +34,27 @@ def open_input(path, *, verify: bool = False, stream: bool = False) -> ls.ViewBa
     Commands that read every byte once (verify, convert, merge, diff) pass
     ``stream=True``: a local file is read without a mapping, so the pages
     read do not stay resident and memory stays bounded for a checkpoint
-    larger than memory."""
+    larger than memory.
+
+    ``encryption_key`` opens an encrypted checkpoint (see ``ls.open``)."""
     _refuse_streams(path)
     with about(path):
         if archives.archive_format(path) is not None:
             return archives.open_archive(path)
-        return open_verified(path, mmap=not stream) if verify else ls.open(path, mmap=not stream)
+        if verify:
+            return open_verified(path, mmap=not stream, encryption_key=encryption_key)
+        return ls.open(path, mmap=not stream, encryption_key=encryption_key)
+
+
+def is_encrypted(path) -> bool:
+    """Does the checkpoint at ``path`` hold sealed (encrypted) tensors?
+    Read from its index alone, which needs no key."""
+    _refuse_streams(path)
+    with about(path):
+        if archives.archive_format(path) is not None:
+            return False
+        with ls.open(path) as ck:
+            return any((ck.info(n).compression or "").startswith("sealed") for n in ck)
 
 
 # The metadata files that mark a DCP checkpoint folder: lazystore.dcp's

@@ -31,6 +31,7 @@ import lazystore as ls
 from lazystore.cli.commands import cmd_convert, cmd_info, cmd_ls, cmd_merge, cmd_verify
 from lazystore.cli.diff import cmd_diff
 from lazystore.cli.errors import CliError, one_line, os_error
+from lazystore.cli.keys import add_key_option
 from lazystore.cli.signing import cmd_sign
 from lazystore.cli.text import PROG, escape_controls, parse_size
 
@@ -88,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "bytes, compression ratio and metadata. Reads only the index.")
     s.add_argument("path", metavar="PATH")
     s.add_argument("--json", action="store_true", help="machine-readable output")
+    add_key_option(s, "authenticates an encrypted checkpoint's index (none is needed to read it)")
     s.set_defaults(func=cmd_info)
 
     s = sub.add_parser("ls", help="list tensors: name, dtype, shape, size, codec",
@@ -97,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("glob", metavar="GLOB", nargs="?",
                    help="only names matching this shell pattern ('*' also matches '/' and '.')")
     s.add_argument("--json", action="store_true", help="machine-readable output")
+    add_key_option(s, "authenticates an encrypted checkpoint's index (none is needed to list it)")
     s.set_defaults(func=cmd_ls)
 
     s = sub.add_parser("verify", help="check every stored byte against its checksum (or signature)",
@@ -115,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "ls.open(path, public_key=...) checks)")
     s.add_argument("--model-signing", action="store_true",
                    help="also recompute every file's SHA-256, as OpenSSF model_signing verifies it")
+    add_key_option(s, "also checks every sealed chunk's tag (without it, an encrypted checkpoint's stored bytes "
+                      "are checked against their checksums or digests)")
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("sign", help="sign a checkpoint: write FILE.sig (a Sigstore bundle)",
@@ -154,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-shard-size", type=_size_arg, metavar="SIZE", default=None,
                    help="write DST as a folder of lazystore shards of at most SIZE each (e.g. 500MB, 2GiB) "
                         "plus lazystore.index.json")
+    add_key_option(s, "encrypts DST (a lazystore file or folder) and opens SRC if SRC is encrypted")
+    s.add_argument("--decrypt", action="store_true",
+                   help="write DST unencrypted: the key only opens SRC")
     s.set_defaults(func=cmd_convert)
 
     s = sub.add_parser("diff", help="compare two checkpoints: keys, dtypes, shapes, values, metadata",

@@ -30,23 +30,29 @@ def output_format(dst) -> str:
     return targets.format_of(dst)
 
 
-def _open_lazystore(dst, *, metadata, system_metadata, compression_level, max_shard_size, digest):
+def _open_lazystore(dst, *, metadata, system_metadata, compression_level, max_shard_size, digest, encryption_key):
     if max_shard_size is not None:
         return _open_folder(dst, metadata=metadata, system_metadata=system_metadata,
-                            compression_level=compression_level, max_shard_size=max_shard_size, digest=digest)
-    w = ls.Writer(dst, compression_level=compression_level, metadata=metadata, digest=digest)
+                            compression_level=compression_level, max_shard_size=max_shard_size, digest=digest,
+                            encryption_key=encryption_key)
+    w = ls.Writer(dst, compression_level=compression_level, metadata=metadata, digest=digest,
+                  encryption_key=encryption_key)
     w.system_metadata.update(system_metadata)
     return w
 
 
-def _open_folder(dst, *, metadata, system_metadata, compression_level, max_shard_size, digest):
+def _open_folder(dst, *, metadata, system_metadata, compression_level, max_shard_size, digest, encryption_key):
     w = ShardedWriter(dst, max_shard_size=max_shard_size, compression_level=compression_level, metadata=metadata,
-                      digest=digest)
+                      digest=digest, encryption_key=encryption_key)
     w.system_metadata.update(system_metadata)
     return w
 
 
-def _open_safetensors(dst, *, metadata, system_metadata, compression_level, max_shard_size, digest):
+def _open_safetensors(dst, *, metadata, system_metadata, compression_level, max_shard_size, digest,
+                      encryption_key):
+    if encryption_key is not None:
+        raise CliError("an encrypted output is a lazystore file: write a .lzy name, or add --decrypt to write "
+                       "plaintext safetensors")
     if max_shard_size is not None:
         raise CliError("--max-shard-size writes a lazystore sharded folder; sharded safetensors output "
                        "is not supported")
@@ -64,15 +70,17 @@ OUTPUTS: dict[str, Callable] = {"lazystore": _open_lazystore, "folder": _open_fo
 
 def open_output(dst, *, metadata: Mapping, system_metadata: Mapping,
                 compression_level: int | None = None, max_shard_size: int | None = None,
-                digest: str | None = None):
-    """A writer for ``dst`` in the format it asks for (see :func:`output_format`)."""
+                digest: str | None = None, encryption_key: bytes | None = None):
+    """A writer for ``dst`` in the format it asks for (see :func:`output_format`),
+    encrypted with ``encryption_key`` when one is given."""
     fmt = output_format(dst)
     opener = OUTPUTS.get(fmt)
     if opener is None:
         raise CliError(f"{dst}: writing {fmt} output is not supported yet; write a lazystore file (.lzy)")
     with about(dst):
         writer = opener(dst, metadata=metadata, system_metadata=system_metadata,
-                        compression_level=compression_level, max_shard_size=max_shard_size, digest=digest)
+                        compression_level=compression_level, max_shard_size=max_shard_size, digest=digest,
+                        encryption_key=encryption_key)
     return _Committing(writer, dst)
 
 

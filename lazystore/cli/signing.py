@@ -11,6 +11,7 @@ from __future__ import annotations
 import lazystore as ls
 from lazystore import signing
 from lazystore.cli.errors import CliError, about
+from lazystore.cli.keys import key_from
 from lazystore.cli.text import one_value, plural
 from lazystore.signing.verifying import check
 
@@ -45,7 +46,8 @@ def verify_signed(args, verify_view) -> tuple[list[str], int, str]:
     try:
         with about(args.path):
             bad = check(args.path, args.key, signature=args.signature, lazy=args.lazy,
-                                whole_files=args.model_signing, verify_view=full)
+                                whole_files=args.model_signing, verify_view=full,
+                        encryption_key=key_from(args))
     except CliError as exc:
         if isinstance(exc.__cause__, ls.SignatureError):
             raise CliError(str(exc), code=1) from exc

@@ -9,7 +9,8 @@ from lazystore.codecs.base import Codec, CodecBase, DeltaCodec
 from lazystore.codecs.delta import DELTA_CODEC_IDS, ContentDeltaPlanes, DeltaPlanes
 from lazystore.codecs.raw import RAW
 from lazystore.codecs.registry import CODECS_BY_ID, codec_for
+from lazystore.codecs.sealed import SEALED_CODEC_IDS, Sealed
 from lazystore.codecs.zstd import ZstdPlanes
 
-__all__ = ["CODECS_BY_ID", "DELTA_CODEC_IDS", "RAW", "Codec", "CodecBase", "ContentDeltaPlanes", "DeltaCodec",
-           "DeltaPlanes", "ZstdPlanes", "codec_for"]
+__all__ = ["CODECS_BY_ID", "DELTA_CODEC_IDS", "RAW", "SEALED_CODEC_IDS", "Codec", "CodecBase", "ContentDeltaPlanes",
+           "DeltaCodec", "DeltaPlanes", "Sealed", "ZstdPlanes", "codec_for"]

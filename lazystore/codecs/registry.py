@@ -5,11 +5,12 @@ from __future__ import annotations
 from lazystore.codecs.base import Codec, CodecBase
 from lazystore.codecs.delta import ContentDeltaPlanes, DeltaPlanes
 from lazystore.codecs.raw import RAW
+from lazystore.codecs.sealed import SEALED_CODECS
 from lazystore.codecs.zstd import ZstdPlanes, check_level
 from lazystore.errors import InvalidInputError
 
 CODECS_BY_ID: dict[int, CodecBase] = {RAW.id: RAW, ZstdPlanes.id: ZstdPlanes(), DeltaPlanes.id: DeltaPlanes(),
-                                  ContentDeltaPlanes.id: ContentDeltaPlanes()}
+                                  ContentDeltaPlanes.id: ContentDeltaPlanes(), **SEALED_CODECS}
 
 
 def codec_for(compression, level: int | None = None) -> Codec:

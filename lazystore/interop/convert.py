@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from lazystore._core.aead import ENCRYPTION_KEY
 from lazystore._core.blocks import blocks
 from lazystore._native.base_ref import BASE_KEY
 from lazystore._native.chunk_digests import DIGEST_KEY
@@ -39,13 +40,15 @@ COPY_BLOCK_BYTES = 16 << 20
 # Reserved members that say how the input is stored, not what it holds: a
 # copy stores its tensors its own way, so it never carries them (its writer
 # records its own chunk digests, if any: see :func:`digest_of`).
-STORAGE_KEYS = frozenset({BASE_KEY, DIGEST_KEY})
+STORAGE_KEYS = frozenset({BASE_KEY, DIGEST_KEY, ENCRYPTION_KEY})
 
 # What a tensor whose own codec means nothing outside its file is written
 # with when no compression is asked for: a delta tensor (codec 2 or 3) is only a
 # difference from its base, and zstd keeps the copy about as compact (the
-# writer still stores it raw when zstd would save less than 1%).
-STANDALONE_CODECS = {"delta": "zstd"}
+# writer still stores it raw when zstd would save less than 1%); a sealed one
+# (codec 128 or 129) is written as its inner codec, sealed again if the
+# copy's writer encrypts.
+STANDALONE_CODECS = {"delta": "zstd", "sealed": None, "sealed+zstd": "zstd"}
 
 
 def carried_system_metadata(view) -> dict:
@@ -147,7 +150,7 @@ def _open(src):
     return open_verified(src, mmap=False), True, True
 
 
-def open_verified(path, *, mmap: bool = True):
+def open_verified(path, *, mmap: bool = True, encryption_key=None):
     """``ls.open(path, verify=True)``, every read checked against what the
     file records, for a reader that must not pass on unchecked bytes (the
     converters, ``lazystore convert``, ``merge`` and ``diff``). A file that
@@ -155,9 +158,9 @@ def open_verified(path, *, mmap: bool = True):
     ``ls.open(verify=True)`` refuses, opens as it is: there is nothing to
     check its reads against, and it is read as it is."""
     try:
-        return open_path(path, verify=True, mmap=mmap)
+        return open_path(path, verify=True, mmap=mmap, encryption_key=encryption_key)
     except VerificationUnavailableError:
-        return open_path(path, mmap=mmap)
+        return open_path(path, mmap=mmap, encryption_key=encryption_key)
 
 
 def to_safetensors(src, dst, *, storage_options: Mapping | None = None) -> None:

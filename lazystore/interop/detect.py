@@ -89,17 +89,19 @@ def _first_zip_member(source) -> str:
     return bytes(source.read(_ZIP_NAME_AT, end)).decode("utf-8", "replace")
 
 
-def open_file(path, *, verify: bool = False, storage_options=None, mmap: bool = True, anchor=None) -> CheckpointView:
+def open_file(path, *, verify: bool = False, storage_options=None, mmap: bool = True, anchor=None,
+              encryption_key=None) -> CheckpointView:
     """Open a lazystore or safetensors file as a lazy view (local: memory-mapped
     unless ``mmap=False``; any fsspec URL: range requests). A local folder
     raises IsADirectoryError, told from the open file descriptor without a
     second lookup of the path. An error about the file's bytes names it (a
     file cut short says "<path>: not a lazystore file, or truncated ...")."""
     with naming(path):
-        return open_view(open_source(path, storage_options, mmap=mmap), verify=verify, anchor=anchor)
+        return open_view(open_source(path, storage_options, mmap=mmap), verify=verify, anchor=anchor,
+                         encryption_key=encryption_key)
 
 
-def open_view(source, *, verify: bool = False, anchor=None) -> CheckpointView:
+def open_view(source, *, verify: bool = False, anchor=None, encryption_key=None) -> CheckpointView:
     """The view of an open source, in the format its content says; the
     view owns the source (closed here if it is no checkpoint). An
     ``anchor`` (:mod:`lazystore.signing`: a signature or a pinned index
@@ -111,7 +113,7 @@ def open_view(source, *, verify: bool = False, anchor=None) -> CheckpointView:
     except BaseException:
         source.close()
         raise
-    return CheckpointView(source, verify=verify, index_reader=reader)
+    return CheckpointView(source, verify=verify, index_reader=reader, encryption_key=encryption_key)
 
 
 __all__ = ["open_file", "open_view", "sniff"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from lazystore._core.aead import resolve_key
 from lazystore.errors import FormatError
 from lazystore.interop.detect import open_file
 from lazystore.interop.sharded import HF_INDEX_NAME, INDEX_NAME, SHARD_KEY, open_folder
@@ -28,28 +29,34 @@ CONVERTIBLE_SUFFIXES = (".bin", ".pt", ".pth", ".npz")
 NAMES_SHOWN = 8
 
 
-def open_path(path, *, verify: bool = False, storage_options=None, mmap: bool = True, anchor=None):
+def open_path(path, *, verify: bool = False, storage_options=None, mmap: bool = True, anchor=None,
+              encryption_key=None):
     """The view of the checkpoint at a path or URL: a file (lazystore or
     safetensors, told by content), or a local folder (see
     :func:`open_checkpoint_folder`). What ``ls.open`` does for a path, and
     what the converters open their input with. An ``anchor`` (a signature
     or pinned index digest: :mod:`lazystore.signing.anchor`) vouches for
-    the index, of a file or of a sharded folder."""
+    the index, of a file or of a sharded folder. ``encryption_key`` (32
+    bytes, or a callable, called once here) opens an encrypted checkpoint."""
+    key = resolve_key(encryption_key)
     try:
         return open_file(path, verify=verify, storage_options=storage_options, mmap=mmap,
-                         anchor=anchor.file() if anchor is not None else None)
+                         anchor=anchor.file() if anchor is not None else None, encryption_key=key)
     except IsADirectoryError:  # only local paths can be folders
-        return open_checkpoint_folder(local_path(path), verify=verify, mmap=mmap, anchor=anchor)
+        return open_checkpoint_folder(local_path(path), verify=verify, mmap=mmap, anchor=anchor,
+                                      encryption_key=key)
 
 
-def open_checkpoint_folder(folder, *, verify: bool = False, mmap: bool = True, anchor=None):
+def open_checkpoint_folder(folder, *, verify: bool = False, mmap: bool = True, anchor=None,
+                           encryption_key: bytes | None = None):
     """The view of the checkpoint a local folder holds: its shards as one
     view when it has an index, else its only weights file."""
     folder = Path(folder)
     if anchor is not None:
-        return open_folder(folder, verify=verify, mmap=mmap, anchor=anchor.folder(folder))
+        return open_folder(folder, verify=verify, mmap=mmap, anchor=anchor.folder(folder),
+                           encryption_key=encryption_key)
     if (folder / INDEX_NAME).is_file() or (folder / HF_INDEX_NAME).is_file():
-        return open_folder(folder, verify=verify, mmap=mmap)
+        return open_folder(folder, verify=verify, mmap=mmap, encryption_key=encryption_key)
     names = _file_names(folder)
     weights = [n for n in names if n.endswith(WEIGHT_SUFFIXES)]
     if len(weights) > 1:
@@ -64,7 +71,7 @@ def open_checkpoint_folder(folder, *, verify: bool = False, mmap: bool = True, a
     # By the path, as ls.open of that path would: a Hugging Face cache
     # snapshot holds links into its blobs folder, and the name came from
     # the folder the caller named, not from a file's bytes.
-    view = open_file(folder / weights[0], verify=verify, mmap=mmap)
+    view = open_file(folder / weights[0], verify=verify, mmap=mmap, encryption_key=encryption_key)
     if SHARD_KEY in view.system_metadata:
         # One shard of a sharded save whose index never landed: the save was
         # interrupted, and the shard alone is not the checkpoint.

@@ -80,8 +80,10 @@ def _index_changed(path: Path, stamp: tuple) -> bool:
         return True
 
 
-def open_folder(folder, *, verify: bool = False, mmap: bool = True, anchor=None) -> ShardedView:
-    """The view of a sharded folder (lazystore's or Hugging Face's).
+def open_folder(folder, *, verify: bool = False, mmap: bool = True, anchor=None,
+                encryption_key: bytes | None = None) -> ShardedView:
+    """The view of a sharded folder (lazystore's or Hugging Face's);
+    ``encryption_key`` opens every shard (each is encrypted under its own salt).
 
     A save may replace the folder's checkpoint while it is opened, removing
     the shards the old index named once the new index is in place; then the
@@ -98,7 +100,7 @@ def open_folder(folder, *, verify: bool = False, mmap: bool = True, anchor=None)
                               f"or {HF_INDEX_NAME})")
         index, stamp = _read_index_stamped(index_path, anchor)
         try:
-            return _open_shards(folder, index_path, index, index_path == ours, verify, mmap, anchor)
+            return _open_shards(folder, index_path, index, index_path == ours, verify, mmap, anchor, encryption_key)
         except (FormatError, FileNotFoundError):
             if attempt < OPEN_ATTEMPTS and _index_changed(index_path, stamp):
                 continue
@@ -107,7 +109,7 @@ def open_folder(folder, *, verify: bool = False, mmap: bool = True, anchor=None)
 
 
 def _open_shards(folder: Path, index_path: Path, index: dict, ours: bool, verify: bool, mmap: bool,
-                 anchor=None) -> ShardedView:
+                 anchor=None, encryption_key: bytes | None = None) -> ShardedView:
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise FormatError(f"{index_path}: corrupt index: weight_map is not an object of names to files")
@@ -134,7 +136,7 @@ def _open_shards(folder: Path, index_path: Path, index: dict, ours: bool, verify
                 raise FormatError(f"{index_path}: shard {f} is missing") from None
             except FormatError as exc:
                 raise FormatError(f"{index_path}: shard {f} cannot be read: {exc}") from None
-            view = open_view(source, verify=verify, anchor=shard_anchor)
+            view = open_view(source, verify=verify, anchor=shard_anchor, encryption_key=encryption_key)
             views.append(view)
             if save_id is not None:
                 mark = view.system_metadata.get(SHARD_KEY)

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from lazystore._core import arguments, crypto_digest, tensor_names
+from lazystore._core.aead import resolve_key
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES
 from lazystore._native.layout import DEFAULT_ALIGNMENT
 from lazystore.errors import ClosedError, InvalidInputError
@@ -65,16 +66,19 @@ class ShardedWriter(TensorWriter):
     ``max_shard_size`` bytes (a tensor larger than that gets a shard of its
     own). Interface of :class:`~lazystore.Writer`; ``compression``,
     ``compression_level``, ``alignment``, ``chunk_bytes`` and ``digest``
-    go to each shard's Writer, and are checked here, before the folder is touched.
+    go to each shard's Writer, and are checked here, before the folder is touched;
+    so does ``encryption_key`` (resolved once: each shard is encrypted
+    under its own salt, so no two shards share a chunk key).
     One sharded save into a folder at a time is the intended use; two at
     once both succeed, and the later index wins.
     """
 
     def __init__(self, folder, *, max_shard_size: int | None = None, metadata: Mapping | None = None,
                  compression=None, compression_level: int | None = None, alignment: int = DEFAULT_ALIGNMENT,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, digest: str | None = None):
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, digest: str | None = None, encryption_key=None):
         check_options(compression, compression_level, alignment, chunk_bytes)
         digest = crypto_digest.writer_digest(digest)
+        encryption_key = resolve_key(encryption_key)
         if max_shard_size is not None:
             max_shard_size = arguments.integer("max_shard_size", max_shard_size, 1)
         metadata = check_metadata(metadata)  # as each shard's Writer will, before the folder is touched
@@ -91,7 +95,8 @@ class ShardedWriter(TensorWriter):
         self.path = self.folder
         self._max = max_shard_size
         self._options = {"compression": compression, "compression_level": compression_level,
-                         "alignment": alignment, "chunk_bytes": chunk_bytes, "digest": digest}
+                         "alignment": alignment, "chunk_bytes": chunk_bytes, "digest": digest,
+                         "encryption_key": encryption_key}
         self._save_id = uuid.uuid4().hex
         self._staging = self.folder / f"{STAGING_PREFIX}{self._save_id}"
         self._staging_fd = _create_staging(self.folder, self._staging)

@@ -29,11 +29,14 @@ from lazystore.sources import local_path
 
 
 def check(path, public_key, *, signature=None, lazy: bool = False, whole_files: bool = False,
-          storage_options=None, verify_view: Callable | None = None) -> list[str]:
+          storage_options=None, verify_view: Callable | None = None, encryption_key=None) -> list[str]:
     """The names of tensors that fail their signed digests (``[]``: intact).
     A signature or index that does not vouch for ``path`` raises
     SignatureError. ``verify_view(view)`` runs the full check of the open
-    view (default: ``view.verify()``; the CLI adds a progress bar)."""
+    view (default: ``view.verify()``; the CLI adds a progress bar). An
+    encrypted checkpoint's digests cover its sealed bytes, so it is checked
+    without its key; with ``encryption_key`` the key and the index MAC are
+    checked too."""
     folder = is_folder(path)
     sig = signature if signature is not None else default_signature(path, folder)
     where = os.fspath(sig)
@@ -43,7 +46,8 @@ def check(path, public_key, *, signature=None, lazy: bool = False, whole_files: 
         return []
     anchor = anchor_of(statement, folder, where)  # refuses claims it cannot check
     # Streamed (no mapping): a full check reads every byte once.
-    with open_path(path, verify=True, storage_options=storage_options, mmap=False, anchor=anchor) as view:
+    with open_path(path, verify=True, storage_options=storage_options, mmap=False, anchor=anchor,
+                   encryption_key=encryption_key) as view:
         bad = [] if lazy else (verify_view or _verify_all)(view)
     if whole_files and not lazy:
         _check_files(path, statement, sig)

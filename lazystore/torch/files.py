@@ -30,7 +30,7 @@ BACKENDS = ("mmap", "pread")
 # Why torch is needed, for the error when it is not installed.
 NEEDS_TORCH = "lazystore.torch reads and writes PyTorch tensors"
 # What ``**options`` may hold: the Writer's own keywords.
-OPTIONS = tuple(p for p in inspect.signature(Writer).parameters if p not in ("path", "metadata"))
+OPTIONS = tuple(p for p in inspect.signature(Writer).parameters if p not in ("path", "metadata", "_salt"))
 
 
 def save_file(tensors: dict, filename, metadata: Mapping | None = None, **options) -> None:
@@ -40,7 +40,8 @@ def save_file(tensors: dict, filename, metadata: Mapping | None = None, **option
     special case). ``options`` are lazystore's writer options:
     ``compression`` ("zstd" or None), ``compression_level``, ``chunk_bytes``,
     ``alignment``, ``storage_options``, ``digest`` ("blake3" or "sha256":
-    chunk digests, checked by verified loads). Unlike safetensors, non-contiguous
+    chunk digests, checked by verified loads), ``encryption_key`` (see
+    ``ls.save``). Unlike safetensors, non-contiguous
     tensors are saved (as their values), and tensors that are one tensor
     under several names (a module registered twice, tied weights) are stored
     once and come back tied from :func:`load_file`.
@@ -56,8 +57,8 @@ def save(tensors: dict, metadata: Mapping | None = None, **options) -> bytes:
     return buffer.getvalue()
 
 
-def load_file(filename, device="cpu", keys=None, *, backend: str = "mmap", verify: bool = True, public_key=None,
-              signature=None, index_sha256: str | None = None) -> dict:
+def load_file(filename, device="cpu", keys=None, *, backend: str = "mmap", verify: bool = True,
+              encryption_key=None, public_key=None, signature=None, index_sha256: str | None = None) -> dict:
     """A dict of name to torch tensor on ``device`` ("cpu", "cuda:0", an int
     for a CUDA index, "meta", a torch.device).
 
@@ -70,14 +71,16 @@ def load_file(filename, device="cpu", keys=None, *, backend: str = "mmap", verif
 
     Every tensor is checked against its checksums before it is returned (a
     damaged one raises ``ls.ChecksumError`` naming it); ``verify=False``
-    skips the check of raw tensors, as ``ls.load`` does.
+    skips the check of raw tensors, as ``ls.load`` does. ``encryption_key``
+    reads an encrypted file, as ``ls.open`` does.
 
     ``public_key``, ``signature`` and ``index_sha256`` check a signed (or
     pinned) checkpoint as ``ls.open`` does (see docs/signing.md).
     """
     dev = _device(device, backend)
     refuse_unchecked(verify, public_key, index_sha256)
-    with opened(filename, public_key=public_key, signature=signature, index_sha256=index_sha256) as ck:
+    with opened(filename, encryption_key=encryption_key, public_key=public_key, signature=signature,
+                index_sha256=index_sha256) as ck:
         return tensors_of(ck, keys, dev, verify=verify)
 
 
@@ -93,12 +96,12 @@ def load(data, *, verify: bool = True) -> dict:
 # -- shared with models.py and the safe_open handle ---------------------------------
 
 
-def opened(filename, **trust):
-    """``ls.open(filename, **trust)`` (``trust``: its signature keywords); a
-    missing file raises FileNotFoundError worded as safetensors words it
-    (``No such file or directory: <filename>``)."""
+def opened(filename, **keys):
+    """``ls.open(filename, **keys)`` (``keys``: its ``encryption_key`` and
+    signature keywords); a missing file raises FileNotFoundError worded as
+    safetensors words it (``No such file or directory: <filename>``)."""
     try:
-        return open_checkpoint(filename, **trust)
+        return open_checkpoint(filename, **keys)
     except FileNotFoundError:
         name = os.fspath(filename) if isinstance(filename, (str, os.PathLike)) else filename
         # No errno nor filename: with them, str() would be Python's wording.

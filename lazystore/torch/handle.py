@@ -38,6 +38,7 @@ class safe_open:  # lower case: safetensors' name, so migrating is an import cha
     view of it, so writing to it never changes the file. ``get_slice``
     reads only the chunks its index touches, unchecked for raw tensors
     (zero-copy, as ``ck[name]``; compressed chunks are always checked).
+    ``encryption_key`` reads an encrypted file, as ``ls.open`` does.
 
     ``public_key``, ``signature`` and ``index_sha256`` open a signed (or
     pinned) checkpoint as ``ls.open`` does: the signature and index are
@@ -46,8 +47,8 @@ class safe_open:  # lower case: safetensors' name, so migrating is an import cha
     there: the signature vouches only for checked bytes).
     """
 
-    def __init__(self, filename, framework: str = "pt", device="cpu", *, backend: str = "mmap", public_key=None,
-                 signature=None, index_sha256: str | None = None):
+    def __init__(self, filename, framework: str = "pt", device="cpu", *, backend: str = "mmap", encryption_key=None,
+                 public_key=None, signature=None, index_sha256: str | None = None):
         self._framework = FRAMEWORKS.get(framework) if isinstance(framework, str) else None
         if self._framework is None:
             raise InvalidInputError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
@@ -60,7 +61,8 @@ class safe_open:  # lower case: safetensors' name, so migrating is an import cha
             self._device = None
         else:
             raise InvalidInputError(f"framework='np' gives numpy arrays, which live on the CPU; got device={device!r}")
-        self._view = files.opened(filename, public_key=public_key, signature=signature, index_sha256=index_sha256)
+        self._view = files.opened(filename, encryption_key=encryption_key, public_key=public_key,
+                                  signature=signature, index_sha256=index_sha256)
         try:
             self._names = list(self._view)
             self._aliases = ties.read_aliases(self._view.system_metadata, self._names)

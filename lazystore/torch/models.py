@@ -44,8 +44,8 @@ def save_model(model, filename, metadata: Mapping | None = None, force_contiguou
     files.write(state, filename, metadata, options)
 
 
-def load_model(model, filename, strict: bool = True, device="cpu", *, backend: str = "mmap", verify: bool = True
-               ) -> tuple[set[str], list[str]]:
+def load_model(model, filename, strict: bool = True, device="cpu", *, backend: str = "mmap", verify: bool = True,
+               encryption_key=None) -> tuple[set[str], list[str]]:
     """Load ``filename`` into ``model``; ``(missing, unexpected)`` names.
 
     ``missing`` is the set of the model's names the file did not provide,
@@ -56,9 +56,10 @@ def load_model(model, filename, strict: bool = True, device="cpu", *, backend: s
     whose parameters are on the meta device gets those tensors assigned.
     The file's tensors are checked before any reaches the model (a damaged
     one raises ``ls.ChecksumError`` and leaves the model as it was), unless
-    ``verify=False``.
+    ``verify=False``. ``encryption_key`` reads an encrypted file, as
+    ``ls.open`` does.
     """
-    state = files.load_file(filename, device=device, backend=backend, verify=verify)
+    state = files.load_file(filename, device=device, backend=backend, verify=verify, encryption_key=encryption_key)
     groups = ties.model_ties(model)
     unexpected_twins = _one_per_group(state, groups)
     assign = any(t.is_meta for t in chain(model.parameters(), model.buffers()))

@@ -37,6 +37,7 @@ import numpy as np
 
 from lazystore import api
 from lazystore._core import crypto_digest
+from lazystore._core.aead import resolve_key
 from lazystore._native.base_ref import MAX_CHAIN
 from lazystore.codecs import codec_for
 from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
@@ -104,12 +105,17 @@ class CheckpointManager:
     rewritten and never deleted by retention, which keeps ``keep_last`` /
     ``keep_best`` intact checkpoints around them. See docs/training.md,
     "Damaged checkpoints".
+
+    ``encryption_key`` (32 bytes, or a callable returning them, called once
+    per save and per restore or open) encrypts every checkpoint as
+    :func:`lazystore.save` does, and reads them back; it cannot be combined
+    with ``delta=True`` (sealed deltas are not supported).
     """
 
     def __init__(self, directory, *, keep_last: int | None = None, keep_best: int | None = None,
                  metric: str | None = None, mode: str = "min", compression=None, delta: bool = False,
                  keyframe_every: int = DEFAULT_KEYFRAME_EVERY, delta_depth: int = chains.DEFAULT_DEPTH,
-                 digest: str | None = None):
+                 digest: str | None = None, encryption_key=None):
         self.keep_last = _count("keep_last", keep_last)
         self.keep_best = _count("keep_best", keep_best)
         if metric is not None and not isinstance(metric, str):
@@ -128,6 +134,11 @@ class CheckpointManager:
         if not isinstance(delta, bool):
             raise InvalidInputError(f"delta must be True or False, got {delta!r}")
         self.delta = delta
+        if encryption_key is not None and delta:
+            raise InvalidInputError("encryption_key cannot be combined with delta=True: sealed (encrypted) deltas "
+                                    "are not supported, since a delta records checksums of its base's plaintext")
+        # Kept as given (a callable is called on each use); bytes are checked now.
+        self._encryption_key = encryption_key if callable(encryption_key) else resolve_key(encryption_key)
         self.keyframe_every = _count("keyframe_every", keyframe_every)
         self.delta_depth = _count("delta_depth", delta_depth)
         if self.delta_depth is None or self.delta_depth > MAX_CHAIN:  # a restore reads delta_depth bases
@@ -173,7 +184,8 @@ class CheckpointManager:
             self._prepare_replace(step)
             self._writing = step
             try:
-                return Writer(path, compression=self.compression, digest=self.digest)  # whole: never a delta
+                return Writer(path, compression=self.compression, digest=self.digest,  # whole: never a delta
+                              encryption_key=self._encryption_key)
             except BaseException:
                 self._writing = None
                 raise
@@ -269,13 +281,13 @@ class CheckpointManager:
         :class:`~lazystore.CheckpointNotFoundError`."""
         step = self._resolve(step)
         with self._reading(step) as path:
-            return api.load(path, map_location=map_location, verify=verify)
+            return api.load(path, map_location=map_location, verify=verify, encryption_key=self._encryption_key)
 
     def open(self, step: int | None = None):
         """Open a checkpoint (the latest by default) lazily, as :func:`lazystore.open` does."""
         step = self._resolve(step)
         with self._reading(step) as path:
-            return api.open(path)
+            return api.open(path, encryption_key=self._encryption_key)
 
     def damaged(self) -> dict[int, str]:
         """The listed steps whose checkpoint is damaged, each with why (the

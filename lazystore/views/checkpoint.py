@@ -19,10 +19,12 @@ from typing import cast
 
 import numpy as np
 
+from lazystore._core.aead import resolve_key
 from lazystore._core.parallel import run_all
 from lazystore._core.slicing import rebase
 from lazystore._native.index import Entry, Index
 from lazystore._native.locate import read_index
+from lazystore._native.sealed_index import opener_for
 from lazystore.codecs import CODECS_BY_ID, DELTA_CODEC_IDS, RAW, ContentDeltaPlanes
 from lazystore.errors import VerificationUnavailableError
 from lazystore.sources import ByteSource, LocalFile, open_beside
@@ -41,10 +43,12 @@ class _File:
     validated index and format version, the chunk reader, and what
     verify-on-access has already checked."""
 
-    __slots__ = ("_reader", "base", "in_place", "index", "lock", "source", "verified", "verify", "version")
+    __slots__ = ("_reader", "base", "in_place", "index", "lock", "opener", "source", "verified", "verify", "version")
 
-    def __init__(self, source: ByteSource, index: Index, version: tuple, verify: bool, bases: Bases | None = None):
+    def __init__(self, source: ByteSource, index: Index, version: tuple, verify: bool, bases: Bases | None = None,
+                 opener=None):
         self.source = source
+        self.opener = opener  # an encrypted file's chunk opener (see ChunkReader), when opened with its key
         self.index = index
         self.version = version
         self.verify = verify
@@ -70,7 +74,7 @@ class _File:
         # Made on first use: a zero-copy read of a raw tensor never needs one.
         reader = self._reader
         if reader is None:
-            reader = self._reader = ChunkReader(self.source, self.index, self.base)
+            reader = self._reader = ChunkReader(self.source, self.index, self.base, self.opener)
         return reader
 
     def delta_bases(self) -> Bases:
@@ -94,7 +98,7 @@ class CheckpointView(ViewBase):
     """
 
     def __init__(self, source: ByteSource, *, verify: bool = False, index_reader=read_index,
-                 _bases: Bases | None = None):
+                 encryption_key=None, _bases: Bases | None = None):
         """``index_reader(source)`` gives the source's validated
         :class:`~lazystore._native.index.Index` and format version:
         lazystore's own by default, another format's parser for foreign
@@ -104,17 +108,24 @@ class CheckpointView(ViewBase):
         ``verify=True`` (every raw read checked on access) of a file that
         records no checksums raises VerificationUnavailableError, as
         :meth:`verify` does: reading it with nothing checked would not be
-        what was asked for."""
+        what was asked for.
+
+        ``encryption_key`` (32 bytes, or a callable returning them, called
+        once) opens an encrypted file's sealed tensors, after checking
+        that it is the file's key and that the index is the one written
+        (EncryptionKeyError, DecryptionError); a file that is not encrypted
+        is refused with it (EncryptionKeyError)."""
         try:
             index, version = index_reader(source)
             if verify and not index.checksums_known:
                 raise _unverifiable(source.name, index, "; open it without verify=True to read it unchecked")
             if verify and index.digests is not None:
                 index.digests.function()  # chunk digests this lazystore cannot check: refused now, not on a read
+            opener = opener_for(index.sealing, resolve_key(encryption_key), source.name)  # rule S6
         except BaseException:
             source.close()
             raise
-        self._take(_File(source, index, version, verify, _bases))
+        self._take(_File(source, index, version, verify, _bases, opener))
         # Names to positions: the index's KeyTable (or, once listed, its
         # dict: see __iter__), or a dict for a selection.
         self._table = index.keys

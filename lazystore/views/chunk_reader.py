@@ -37,10 +37,11 @@ from lazystore._core.chunking import SlicePlan
 from lazystore._core.parallel import run_all
 from lazystore._core.scratch import scratch
 from lazystore._native.index import Entry, Index
-from lazystore.codecs import CODECS_BY_ID, DELTA_CODEC_IDS, RAW, Codec, ContentDeltaPlanes, DeltaCodec
+from lazystore.codecs import CODECS_BY_ID, DELTA_CODEC_IDS, RAW, SEALED_CODEC_IDS, Codec, ContentDeltaPlanes, DeltaCodec
 from lazystore.codecs.delta import word_size
-from lazystore.errors import ChecksumError, FormatError
+from lazystore.errors import ChecksumError, EncryptionKeyError, FormatError
 from lazystore.sources import ByteSource
+from lazystore.views.sealed_chunks import open_sealed
 
 # Consecutive raw chunks are read with one call of up to this many bytes, so
 # a big raw tensor is a few large preads (split for parallelism), not
@@ -64,9 +65,12 @@ VERIFY_BATCH_BYTES = 4 << 20
 
 
 class ChunkReader:
-    def __init__(self, source: ByteSource, index: Index, base=None):
+    def __init__(self, source: ByteSource, index: Index, base=None, opener=None):
         self.source = source
         self.index = index
+        # An encrypted file's chunk opener (lazystore._core.aead.Opener), or
+        # None: opened without a key, or not encrypted.
+        self.opener = opener
         # The file's bases (a base_chain.Bases) when it holds delta chunks:
         # their decoding starts from the base's bytes.
         self.base = base
@@ -110,6 +114,7 @@ class ChunkReader:
         ids = np.asarray(chunk_ids, dtype=np.int64).tolist()
         decoded_at = entry.decoded_offsets()
         places = decoded_at if places is None else places
+        self._require_key(entry)
         if entry.codec == RAW.id:
             return [partial(self._read_raw, entry, run, decoded_at[run[0]], places[run[0]], out, verify_raw, strong)
                     for run in _raw_runs(ids, entry.decoded)]
@@ -312,12 +317,20 @@ class ChunkReader:
         memory, only to prove it decodes (FormatError if not). A delta
         chunk is decoded onto whatever the scratch holds: whether its bytes
         decode does not depend on the base's, whose own chunks are checked
-        by the base's ``verify`` (see ``BaseLink.failing``)."""
+        by the base's ``verify`` (see ``BaseLink.failing``). A sealed chunk
+        read without the key is left at its checksum: only the key opens it."""
+        if entry.codec in SEALED_CODEC_IDS and self.opener is None:
+            return
         self._decode_onto(entry, c, scratch("verify decode", entry.decoded[c]), blob)
 
     def _decode_onto(self, entry: Entry, c: int, target, blob) -> None:
         """Decode checked chunk ``c`` into ``target``, which holds the base's
-        decoded bytes of the chunk when it is a delta."""
+        decoded bytes of the chunk when it is a delta; a sealed one is
+        opened (its tag checked) first."""
+        if entry.codec in SEALED_CODEC_IDS:
+            self._require_key(entry)
+            open_sealed(self.opener, entry, c, target, blob)
+            return
         try:
             if entry.codec in DELTA_CODEC_IDS:
                 DELTA.add_into(blob, target, entry.planes, word_size(entry.dtype))
@@ -325,6 +338,12 @@ class ChunkReader:
                 cast(Codec, CODECS_BY_ID[entry.codec]).decode_into(blob, target, entry.planes)  # not a delta
         except FormatError as exc:
             raise FormatError(f"{_what(entry, c)}: {exc}") from None
+
+    def _require_key(self, entry: Entry) -> None:
+        """EncryptionKeyError naming a sealed tensor read without the key."""
+        if self.opener is None and entry.codec in SEALED_CODEC_IDS:
+            raise EncryptionKeyError(f"tensor {entry.name!r} of {self.source.name} is encrypted: open the file with "
+                                     "encryption_key= to read it (its name, dtype and shape need no key)")
 
     # -- fetching from unmapped sources --------------------------------------------
 
@@ -334,6 +353,7 @@ class ChunkReader:
         checks them and puts their decoded bytes in place in ``out``."""
         stored_at = entry.chunk_offsets()
         decoded_at = entry.decoded_offsets() if places is None else places
+        self._require_key(entry)
         use = self._take_raw if entry.codec == RAW.id else \
             partial(self._apply if onto_base else self._decode_chunk, strong=strong)
         # One range per chunk: the source groups neighbours into requests of

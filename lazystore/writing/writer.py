@@ -31,11 +31,13 @@ from lazystore._native.base_ref import BASE_KEY, CONTENT_DELTA_MINOR
 from lazystore._native.chunk_digests import DIGEST_KEY
 from lazystore._native.entry_rules import size_problem
 from lazystore.codecs import RAW, codec_for
+from lazystore.codecs.sealed import sealed_codec_of
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.sinks import open_sink
 from lazystore.writing.chunk_hashing import ChunkHashing
 from lazystore.writing.delta_writer import DeltaBase
 from lazystore.writing.interface import TensorWriter
+from lazystore.writing.sealing import sealing_for
 
 _DEFAULT = object()
 # A compressed tensor must save at least this fraction, else it is stored raw
@@ -91,6 +93,13 @@ class Writer(TensorWriter):
 
     ``digest`` (``"blake3"`` or ``"sha256"``) records a cryptographic digest
     of every chunk (format 1.4): verified reads check it instead of xxh3.
+
+    ``encryption_key`` (32 bytes, or a callable returning them, called
+    once) encrypts every tensor's bytes with AES-256-GCM, chunk by chunk,
+    and authenticates the index (format 1.4; see
+    :mod:`lazystore.writing.sealing`). Names, dtypes, shapes and metadata
+    stay readable without the key. ``_salt`` (32 bytes) is a test hook that
+    makes an encrypted file reproducible; never use it otherwise.
     """
 
     def __init__(
@@ -105,10 +114,13 @@ class Writer(TensorWriter):
         storage_options: Mapping | None = None,
         base=None,
         digest: str | None = None,
+        encryption_key=None,
+        _salt: bytes | None = None,
     ):
         codec, alignment, chunk_bytes = check_options(compression, compression_level, alignment, chunk_bytes)
         # Each chunk's xxh3, and its digest in a file with digests (format 1.4).
         self._hashing = ChunkHashing(crypto_digest.writer_digest(digest))
+        self._sealing = sealing_for(encryption_key, _salt, base)  # None: plaintext
         self.path = path
         self.metadata = check_metadata(metadata)
         # lazystore's own entries (RESERVED_METADATA_PREFIX keys), set by
@@ -146,6 +158,8 @@ class Writer(TensorWriter):
         # reader of this major version accepts (docs/format.md §14).
         self._rewrite_head = self._sink.rewrite_head  # None: the head cannot be written again
         self._head_minor = max(fmt.BASE_MINOR if self._rewrite_head else fmt.DTYPE_MINOR, self._hashing.minor)
+        if self._sealing is not None:  # encrypted: 1.4, known now, so an upload states it too
+            self._head_minor = fmt.TRUST_MINOR
         self._minor = self._head_minor
         self._write(fmt.encode_preamble(self._head_minor))
 
@@ -227,6 +241,8 @@ class Writer(TensorWriter):
                         codec, planes = RAW, 1
                     else:
                         stored = encoded
+                if self._sealing is not None:  # after the final encoding; hashed sealed
+                    stored = self._sealing.seal(stored, name, len(lengths), len(self._chunk_lengths) + len(lengths))
                 hashed = start_all(self._hashing.task, stored)  # hashed on pool threads while we write
                 lengths += self._write_many(stored)
                 checksums.extend(self._hashing.keep(hashed()))
@@ -247,7 +263,8 @@ class Writer(TensorWriter):
         self._dims.extend(shape)
         self._entries.append(
             (data_offset, sum(lengths), nbytes, grid.n_chunks, grid.extent,
-             spec.code, codec.id, len(shape), grid.axis, planes, (0, 0, 0))
+             spec.code, sealed_codec_of(codec).id if self._sealing and nbytes else codec.id, len(shape),
+             grid.axis, planes, (0, 0, 0))
         )
 
     def close(self) -> None:
@@ -262,6 +279,7 @@ class Writer(TensorWriter):
             self.system_metadata.pop(DIGEST_KEY, None)
             if self._hashing.algorithm is not None:
                 self.system_metadata[DIGEST_KEY] = self._hashing.member()
+            system = self.system_metadata if self._sealing is None else self._sealing.with_member(self.system_metadata)
             self._pad_to_alignment()
             index_offset = self._pos
             index = fmt.encode_index(
@@ -269,9 +287,11 @@ class Writer(TensorWriter):
                 np.array(self._dims, dtype=fmt.DIM_DTYPE),
                 self._chunk_records(),
                 "".join(n + "\0" for n in self._names).encode("utf-8"),
-                _encode_metadata({**_check_user_metadata(self.metadata), **self.system_metadata}),
+                _encode_metadata({**_check_user_metadata(self.metadata), **system}),
                 self._alignment,
             )
+            if self._sealing is not None:
+                index = self._sealing.patch(index)  # rule S5: the MAC of the index as written
             if len(index) > fmt.MAX_INDEX_BYTES:
                 raise InvalidInputError(f"index of {len(index)} bytes exceeds the format's limit")
             self._write(index)

@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 
 import lazystore as ls
-from lazystore.codecs import CODECS_BY_ID, DELTA_CODEC_IDS, Codec, DeltaCodec, DeltaPlanes, codec_for
+from lazystore.codecs import (
+    CODECS_BY_ID,
+    DELTA_CODEC_IDS,
+    SEALED_CODEC_IDS,
+    Codec,
+    DeltaCodec,
+    DeltaPlanes,
+    Sealed,
+    codec_for,
+)
 from lazystore.interop.safetensors import SafetensorsWriter
 from lazystore.interop.sharded_writer import ShardedWriter
 from lazystore.sinks import open_sink
@@ -47,7 +56,10 @@ def test_every_sink_implements_the_whole_interface(tmp_path):
 
 def test_delta_codecs_are_their_own_kind():
     for codec_id, codec in CODECS_BY_ID.items():
-        assert isinstance(codec, DeltaCodec if codec_id in DELTA_CODEC_IDS else Codec), codec_id
+        kind = DeltaCodec if codec_id in DELTA_CODEC_IDS else Sealed if codec_id in SEALED_CODEC_IDS else Codec
+        assert isinstance(codec, kind), codec_id
     assert not isinstance(DeltaPlanes(), Codec)
     with pytest.raises(ls.InvalidInputError, match="unknown compression"):
         codec_for(DeltaPlanes())  # it cannot store a chunk alone
+    with pytest.raises(ls.InvalidInputError, match="unknown compression"):
+        codec_for(CODECS_BY_ID[128])  # sealing takes a key: encryption_key=, not a codec
