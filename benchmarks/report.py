@@ -65,12 +65,13 @@ def table(results: list[Result]) -> str:
     """The targets (lazystore vs anchor, same run), then the informational rows."""
     targets = [r for r in results if r.target is not None]
     others = [r for r in results if r.target is None
-              and r.group not in ("remote", "dcp", "background", "delta", "verify")]
+              and r.group not in ("remote", "dcp", "background", "delta", "verify", "trust")]
     remote = [r for r in results if r.group == "remote"]
     dcp = [r for r in results if r.group == "dcp"]
     background = [r for r in results if r.group == "background"]
     delta = [r for r in results if r.group == "delta" and r.target is None]
     verify = [r for r in results if r.group == "verify"]
+    trust = [r for r in results if r.group == "trust" and r.target is None]
     main = _grid(
         ["measure", "lazystore", "anchor", "ratio", "target", "result"],
         [[f"{r.title} (vs {r.anchor_label})", figure(r, r.ours), figure(r, r.anchor),
@@ -84,7 +85,7 @@ def table(results: list[Result]) -> str:
                 [[f"{r.title} [{r.subject}]", figure(r, r.ours), r.earlier] for r in others])
     passed = sum(r.status == "PASS" for r in targets)
     summary = f"{passed}/{len(targets)} targets met (ratio = lazystore / anchor, medians, same run)."
-    text = f"{main}\n\n{summary}\n\n{notes}\n\n{ref}\n"
+    text = f"{main}\n\n{summary}\n\n{notes}\n" + (f"\n{ref}\n" if others else "")
     if remote:
         text += "\n" + remote_table(remote) + "\n"
     if dcp:
@@ -96,6 +97,9 @@ def table(results: list[Result]) -> str:
     if verify:
         text += "\n" + _ratio_table("checking on load (no target)", "measured", "compared with", verify,
                                     title=lambda r: f"{r.title} [{r.subject} / {r.anchor_label}]") + "\n"
+    if trust:
+        text += "\n" + _ratio_table("trusted checkpoints (no target)", "measured", "compared with", trust,
+                                    title=lambda r: f"{r.title} [{r.subject} / {r.anchor_label or '-'}]") + "\n"
     return text
 
 

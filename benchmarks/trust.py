@@ -108,7 +108,7 @@ def save_digests(folder: Path, total: int, reps: int) -> list[Result]:
         timed("save_blake3", f"save {total >> 20} MiB with BLAKE3 digests", t, "digest=blake3", "no digest",
               target=Target("<=", 1.15, "ratio"), nbytes=total),
         timed("save_sha256", f"save {total >> 20} MiB with SHA-256 digests", t, "digest=sha256", "no digest",
-              nbytes=total),
+              nbytes=total, group="trust"),
     ]
 
 
@@ -126,29 +126,30 @@ def signed_reads(folder: Path, total: int, reps: int) -> list[Result]:
                  "lazy verify": lambda: lazystore.signing.verify(signed, pub, lazy=True),
                  "full verify": lambda: lazystore.signing.verify(signed, pub)}, reps=reps)
     rchar, _ = _read_by(lambda: lazystore.signing.verify(signed, pub, lazy=True))
-    rows.append(timed("sign", f"sign a {size >> 20} MiB file (whole-file SHA-256 for model_signing)", t, "sign"))
-    rows.append(timed("lazy_verify", "lazy verify: the signature and the index", t, "lazy verify",
-                      note=f"read {rchar:,} bytes of a {size:,}-byte file ({rchar / size:.2e})"))
-    rows.append(timed("full_verify", "full verify: every chunk's digest", t, "full verify", "lazy verify",
-                      nbytes=size))
+    rows.append(timed("sign", f"sign a {size >> 20} MiB file (whole-file SHA-256 for model_signing)", t, "sign",
+                      group="trust"))
+    rows.append(timed("lazy_verify", f"lazy verify: the signature and the index (read {rchar:,} bytes of "
+                      f"{size:,})", t, "lazy verify", group="trust"))
+    rows.append(timed("full_verify", "full verify: every chunk's digest", t, "full verify",
+                      nbytes=size, group="trust"))
 
     layer = f"layers.{LAYERS // 2}.weight"
     one = {"signed": lambda: ls.load(signed, [layer], public_key=pub),
            "unsigned": lambda: ls.load(plain, [layer])}
     warm = compare(one, reps=reps)
-    rows.append(timed("layer_warm", f"one layer of {LAYERS}, warm cache: signed vs unsigned (both verified)",
+    rows.append(timed("layer_warm", f"one layer of {LAYERS} from a signed file, warm cache",
                       warm, "signed", "unsigned", target=Target("<=", 1.2, "ratio")))
     cold = compare(one, reps=reps, setup=lambda: _evict(plain, signed))
     _evict(plain, signed)
     _, fetched = _read_by(one["signed"])
-    rows.append(timed("layer_cold", f"one layer of {LAYERS}, cold cache: signed vs unsigned", cold, "signed",
+    rows.append(timed("layer_cold", f"one layer of {LAYERS} from a signed file, cold cache", cold, "signed",
                       "unsigned", target=Target("<=", 1.2, "ratio"),
                       note=f"read {fetched >> 20} MiB from storage for a {size // LAYERS >> 20} MiB layer "
-                           f"of a {size >> 20} MiB file"))
+                           f"of a {size >> 20} MiB file (the kernel reads ahead around each mapped page)"))
     full = compare({"signed": lambda: ls.load(signed, public_key=pub), "unsigned": lambda: ls.load(plain)},
                    reps=reps)
     rows.append(timed("full_load", "full verified load, warm: signed (BLAKE3) vs unsigned (xxh3)", full,
-                      "signed", "unsigned", nbytes=size))
+                      "signed", "unsigned", nbytes=size, group="trust"))
     return rows
 
 
@@ -171,12 +172,12 @@ def encrypted_minilm(folder: Path, reps: int, limit: int | None) -> list[Result]
                  "plain": lambda p=plain: ls.load(p),
                  "plain, copied": lambda p=plain: _load_copied(p)}
         t = compare(cases, reps=reps)
-        rows.append(timed(f"minilm_encrypted_{label}", f"ls.load of MiniLM ({label}), encrypted vs not", t,
+        rows.append(timed(f"minilm_encrypted_{label}", f"ls.load of MiniLM ({label}), encrypted", t,
                           "encrypted", "plain", target=Target("<=", 1.3, "ratio"), nbytes=nbytes))
         if compression is None:  # the plain raw load maps the file: it copies nothing
             rows.append(timed("minilm_encrypted_raw_copied", "ls.load of MiniLM (raw), encrypted vs a plain "
                               "load that reads into memory (mmap=False)", t, "encrypted", "plain, copied",
-                              nbytes=nbytes))
+                              nbytes=nbytes, group="trust"))
     return rows
 
 
@@ -215,8 +216,8 @@ def encrypted_slice(folder: Path, total: int, reps: int) -> list[Result]:
     opened = _count_opens(lambda: rows10(sealed, encryption_key=KEY))
     with ls.open(sealed, encryption_key=KEY) as ck:
         chunks = ck.info("w").chunk_count
-    return [timed("slice_encrypted", f"get_slice of 10 rows of a {total >> 20} MiB tensor, encrypted vs plain", t,
-                  "encrypted", "plain", note=f"decrypted {opened} of {chunks} chunks")]
+    return [timed("slice_encrypted", f"get_slice of 10 rows of a {total >> 20} MiB tensor (decrypted {opened} of "
+                  f"{chunks} chunks)", t, "encrypted", "plain", group="trust")]
 
 
 def run(folder: Path, quick: bool, reps: int, log) -> list[Result]:
