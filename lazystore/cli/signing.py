@@ -57,4 +57,5 @@ def verify_signed(args, verify_view) -> tuple[list[str], int, str]:
     if not count:  # a model_signing signature: it vouches for whole files only
         return bad, 0, "signature OK, every file matches its signed SHA-256"
     files = ", and every file its signed SHA-256" if args.model_signing else ""
-    return bad, count[0], f"signature OK, {plural(count[0], 'tensor')} match their signed digests{files}"
+    agree = "matches its" if count[0] == 1 else "match their"
+    return bad, count[0], f"signature OK, {plural(count[0], 'tensor')} {agree} signed digests{files}"
