@@ -1,4 +1,4 @@
-"""The top-level functions: open, load, save.
+"""The top-level functions: open, load, save, save_async.
 
 Each takes a local path or an fsspec URL (``s3://``, ``gs://``,
 ``http(s)://``, ``memory://``, ``file://``; see docs/remote.md), with
@@ -9,11 +9,14 @@ URLs are memory-mapped; remote checkpoints are read with range requests.
 from __future__ import annotations
 
 import inspect
+import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from functools import partial
 from pathlib import Path
+from typing import Any, BinaryIO, Literal, cast, overload
 
 from lazystore._core import arguments, frameworks, staging, torch_reads
 from lazystore._core import torch_arrays as torch_adapter
@@ -38,11 +41,13 @@ from lazystore.writing.writer import Writer
 _WRITER_OPTIONS = ("alignment", "chunk_bytes", "digest")
 
 
-def open(path, *, verify: bool = False, storage_options: Mapping | None = None,  # noqa: A001 - ls.open reads as the built-in open does, on purpose
-         mmap: bool = True, encryption_key=None, public_key=None, signature=None,
+def open(path: Target, *, verify: bool = False,  # noqa: A001 - ls.open reads as the built-in open does, on purpose
+         storage_options: Mapping[str, Any] | None = None, mmap: bool = True, encryption_key: Key | None = None,
+         public_key: Any = None, signature: str | os.PathLike | None = None,
          index_sha256: str | None = None) -> ViewBase:
-    """Open a checkpoint lazily: only the index is read (from a URL: at most
-    two small requests, the object's size and its tail).
+    """Open a checkpoint lazily: only the index is read.
+
+    From a URL, that is at most two small requests: the object's size and its tail.
 
     The format is told by content, not by extension: a lazystore file, a
     safetensors file (a zero-copy view, as lazystore files are; see
@@ -98,6 +103,44 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None, 
     ``index_sha256`` (64 hex characters, what ``lazystore info`` prints)
     pins the index instead of a signature, with the same checks. Both need
     a file with chunk digests. See docs/signing.md and docs/security.md.
+
+    Parameters
+    ----------
+    path : str or os.PathLike or binary file object
+        A file, a folder of shards, an fsspec URL, or a file object.
+    verify : bool, optional
+        Check each raw tensor against its checksums on first access.
+    storage_options : Mapping, optional
+        The fsspec options of a URL's filesystem.
+    mmap : bool, optional
+        Map a local file (the default), or read it with ``pread``.
+    encryption_key : bytes or callable, optional
+        The key of an encrypted checkpoint.
+    public_key : str or os.PathLike or bytes or cryptography public key, optional
+        Check the checkpoint's signature against this key first.
+    signature : str or os.PathLike, optional
+        Where the signature is, when not beside the checkpoint.
+    index_sha256 : str, optional
+        The index's SHA-256 (64 hex characters) to pin it to.
+
+    Returns
+    -------
+    ViewBase
+        A :class:`CheckpointView` for a file, a ``ShardedView`` for a folder
+        of shards; use it as a context manager, or ``close()`` it.
+
+    Raises
+    ------
+    InvalidInputError
+        ``public_key`` or ``index_sha256`` with a file object.
+    FormatError
+        What is there is not a checkpoint lazystore reads.
+    SignatureError
+        A missing, forged or mismatched signature or pinned index.
+    EncryptionKeyError
+        A key that is not the file's, or one given for a file not encrypted.
+    VerificationUnavailableError
+        ``verify=True`` for a file that records no checksums.
     """
     if is_file_object(path):
         if public_key is not None or index_sha256 is not None:
@@ -109,12 +152,33 @@ def open(path, *, verify: bool = False, storage_options: Mapping | None = None, 
                      anchor=anchor, encryption_key=encryption_key)
 
 
-def save(obj, path, *, compression=None, compression_level: int | None = None,
-         metadata: Mapping | None = None, storage_options: Mapping | None = None,
-         max_shard_size: int | None = None, blocking: bool = True, base=None, encryption_key=None,
-         **writer_options):
-    """Write a checkpoint atomically: a flat mapping of names to arrays, or any
-    nested training state.
+# What save and save_async write to: a local path, an object-store URL, or
+# (save only) a binary file object.
+Target = str | os.PathLike | BinaryIO
+# An encryption key: 32 bytes, or a zero-argument callable returning them.
+Key = bytes | Callable[[], bytes]
+
+
+@overload
+def save(obj: object, path: Target, *, compression: str | None = None, compression_level: int | None = None,
+         metadata: Mapping[str, Any] | None = None, storage_options: Mapping[str, Any] | None = None,
+         max_shard_size: int | None = None, base: str | os.PathLike | None = None, encryption_key: Key | None = None,
+         blocking: Literal[True] = True, **writer_options: Any) -> None: ...
+
+
+@overload  # deprecated: save_async replaces it
+def save(obj: object, path: Target, *, blocking: bool, **options: Any) -> Future[Path | str] | None: ...
+
+
+def save(obj: object, path: Target, *, compression: str | None = None, compression_level: int | None = None,
+         metadata: Mapping[str, Any] | None = None, storage_options: Mapping[str, Any] | None = None,
+         max_shard_size: int | None = None, base: str | os.PathLike | None = None, encryption_key: Key | None = None,
+         blocking: bool = True, **writer_options: Any) -> Future[Path | str] | None:
+    """Write a checkpoint atomically: a flat mapping of names to arrays, or any nested training state.
+
+    The checkpoint is complete and durable when ``save`` returns, which is
+    always None, as ``torch.save`` and ``numpy.save`` are;
+    :func:`save_async` writes it in the background.
 
     ``obj`` may nest dicts (str or int keys), OrderedDicts, lists and tuples,
     with tensor leaves (numpy arrays and scalars, torch tensors of any device,
@@ -163,18 +227,10 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     which :func:`open` and :func:`load` read as one checkpoint. See
     docs/format.md, "Sharded folders".
 
-    With ``blocking=False`` the call returns a ``concurrent.futures.Future``
-    as soon as ``obj`` is checked and its tensors are copied (the caller may
-    change them right away); the file is written in the background and
-    ``result()`` gives its path or raises the save's error. One background
-    save runs at a time: the next ``save`` waits for it, and raises its error
-    if nobody has seen it. See docs/training.md, "Background saves".
-
     ``path`` may also be a binary file object (``io.BytesIO``, an open file),
     as ``torch.save`` takes one: the checkpoint is written whole, then its
-    bytes are written to the object at its position (a blocking save of one
-    file only: no ``base``, ``max_shard_size``, ``storage_options`` or
-    ``blocking=False``).
+    bytes are written to the object at its position (one file only: no
+    ``base``, ``max_shard_size`` or ``storage_options``).
 
     ``encryption_key`` (32 bytes, or a zero-argument callable returning
     them, such as a KMS call, called once per save) encrypts the file:
@@ -183,18 +239,135 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
     (encrypted) chunks"). Names, dtypes, shapes and metadata are not
     encrypted. A sharded save encrypts each shard under its own salt; a
     delta (``base``) or a safetensors file cannot be encrypted.
+
+    Parameters
+    ----------
+    obj : Mapping or nested state
+        The tensors: a flat mapping of names to arrays (or torch tensors),
+        or nested training state (dicts, lists, tuples; tensor and scalar leaves).
+    path : str or os.PathLike or binary file object
+        A local path, an object-store URL, or a file object to write into.
+    compression : {None, "zstd"}, optional
+        How tensors are stored: raw (the default, read in place) or zstd.
+    compression_level : int, optional
+        zstd's level; the codec's default when None.
+    metadata : Mapping, optional
+        Str keys and JSON values stored in the file, read back as ``metadata``.
+    storage_options : Mapping, optional
+        The fsspec options of a URL's filesystem.
+    max_shard_size : int, optional
+        Write a sharded folder, each shard at most this many bytes.
+    base : str or os.PathLike, optional
+        A lazystore file in the same folder: write a delta checkpoint against it.
+    encryption_key : bytes or callable, optional
+        32 bytes, or a zero-argument callable returning them: encrypt the file.
+    blocking : bool, optional
+        Deprecated. True (the default) is accepted and changes nothing;
+        ``blocking=False`` warns DeprecationWarning and returns what
+        :func:`save_async` returns: call that instead.
+    **writer_options
+        :class:`Writer`'s ``alignment``, ``chunk_bytes`` and ``digest``.
+
+    Returns
+    -------
+    None
+        Always, unless the deprecated ``blocking=False`` is given: then the
+        ``concurrent.futures.Future`` :func:`save_async` returns.
+
+    Raises
+    ------
+    InvalidInputError
+        Bad input or options (an unknown keyword names its close match); the
+        refusals above. Nothing is written.
     """
+    if not blocking:
+        background.deprecated_blocking("lazystore.save", "lazystore.save_async")
+        return save_async(obj, cast("str | os.PathLike", path),  # a file object is refused there
+                          compression=compression, compression_level=compression_level, metadata=metadata,
+                          storage_options=storage_options, max_shard_size=max_shard_size, base=base,
+                          encryption_key=encryption_key, **writer_options)
+    open_writer = _writer_opener(obj, path, compression=compression, compression_level=compression_level,
+                                 metadata=metadata, storage_options=storage_options, max_shard_size=max_shard_size,
+                                 base=base, encryption_key=encryption_key, in_background=False, **writer_options)
+    if open_writer is not None:  # None: written to a file object already
+        background.DEFAULT.save(obj, open_writer, background.write_prepared)
+    return None
+
+
+def save_async(obj: object, path: str | os.PathLike, *, compression: str | None = None,
+               compression_level: int | None = None, metadata: Mapping[str, Any] | None = None,
+               storage_options: Mapping[str, Any] | None = None, max_shard_size: int | None = None,
+               base: str | os.PathLike | None = None, encryption_key: Key | None = None,
+               **writer_options: Any) -> Future[Path | str]:
+    """Write a checkpoint in the background, as :func:`save` writes it, and return a future at once.
+
+    The call returns as soon as ``obj`` is checked and its tensors are
+    copied (the caller may change them right away), as
+    ``torch.distributed.checkpoint.async_save`` does; the file is written
+    on a worker thread. One background save runs at a time: the next save
+    (background or not) waits for it, and raises its error if nobody has
+    seen it. See docs/training.md, "Background saves".
+
+    Parameters
+    ----------
+    obj : Mapping or nested state
+        What :func:`save` takes.
+    path : str or os.PathLike
+        A local path or an object-store URL (not a file object).
+    compression : {None, "zstd"}, optional
+        As for :func:`save`.
+    compression_level : int, optional
+        As for :func:`save`.
+    metadata : Mapping, optional
+        As for :func:`save`.
+    storage_options : Mapping, optional
+        As for :func:`save`.
+    max_shard_size : int, optional
+        As for :func:`save`.
+    base : str or os.PathLike, optional
+        As for :func:`save`.
+    encryption_key : bytes or callable, optional
+        As for :func:`save`.
+    **writer_options
+        As for :func:`save`.
+
+    Returns
+    -------
+    concurrent.futures.Future
+        ``result()`` gives the checkpoint's path (a ``Path`` for a local
+        one, the URL as given for a remote one) once it is durable, or
+        raises the save's error.
+
+    Raises
+    ------
+    InvalidInputError
+        What :func:`save` refuses, and a file object for ``path``: raised
+        here, before anything is written.
+    """
+    open_writer = _writer_opener(obj, path, compression=compression, compression_level=compression_level,
+                                 metadata=metadata, storage_options=storage_options, max_shard_size=max_shard_size,
+                                 base=base, encryption_key=encryption_key, in_background=True, **writer_options)
+    assert open_writer is not None  # a file object was refused
+    return background.DEFAULT.save_async(obj, open_writer, background.write_prepared)
+
+
+def _writer_opener(obj: object, path: Target, *, compression: str | None, compression_level: int | None,
+                   metadata: Mapping[str, Any] | None, storage_options: Mapping[str, Any] | None,
+                   max_shard_size: int | None, base: str | os.PathLike | None, encryption_key: Key | None,
+                   in_background: bool, **writer_options: Any) -> Callable[[], TensorWriter] | None:
+    """Check save's options and give what opens its writer; or, for a file
+    object (never in the background), write the checkpoint into it and give None."""
     arguments.known_options(writer_options, _WRITER_OPTIONS, others=_SAVE_KEYWORDS)
     if writer_options.get("digest", "") is None:  # the default, said aloud: what every format can do
         del writer_options["digest"]
-    encryption_key = resolve_key(encryption_key)
-    if encryption_key is not None:
-        writer_options["encryption_key"] = encryption_key
+    key = resolve_key(encryption_key)
+    if key is not None:
+        writer_options["encryption_key"] = key
     if is_file_object(path):
-        if base is not None or max_shard_size is not None or storage_options is not None or not blocking:
-            raise InvalidInputError("a save to a file object is one blocking file: base, max_shard_size, "
-                                    "storage_options and blocking=False need a path")
-        _save_to_file_object(obj, path, compression=compression, compression_level=compression_level,
+        if base is not None or max_shard_size is not None or storage_options is not None or in_background:
+            raise InvalidInputError("a save to a file object is one file, written before save returns: base, "
+                                    "max_shard_size, storage_options and save_async need a path")
+        _save_to_file_object(obj, cast(BinaryIO, path), compression=compression, compression_level=compression_level,
                              metadata=metadata, **writer_options)
         return None
     if max_shard_size is not None:
@@ -211,17 +384,15 @@ def save(obj, path, *, compression=None, compression_level: int | None = None,
         raise InvalidInputError(refused)
     else:
         writer = partial(Writer, storage_options=storage_options, base=base)
-    open_writer = partial(writer, path, compression=compression, compression_level=compression_level,
-                          metadata=metadata, **writer_options)
-    future = background.DEFAULT.save(obj, open_writer, background.write_prepared, blocking=blocking)
-    return None if blocking else future
+    return partial(writer, path, compression=compression, compression_level=compression_level,
+                   metadata=metadata, **writer_options)
 
 
 # save's own keywords, for the close match of a misspelt one.
 _SAVE_KEYWORDS = tuple(p.name for p in inspect.signature(save).parameters.values() if p.kind is p.KEYWORD_ONLY)
 
 
-def _save_to_file_object(obj, f, **options) -> None:
+def _save_to_file_object(obj: object, f: BinaryIO, **options: Any) -> None:
     """Save ``obj`` into the binary file object ``f``: a lazystore file is
     written whole (its index comes last), so it is written to a temporary
     file first, then copied to ``f``."""
@@ -233,7 +404,8 @@ def _save_to_file_object(obj, f, **options) -> None:
             shutil.copyfileobj(src, f)
 
 
-def open_bytes(data, *, verify: bool = False, encryption_key=None) -> CheckpointView:
+def open_bytes(data: bytes | bytearray | memoryview, *, verify: bool = False,
+               encryption_key: Key | None = None) -> CheckpointView:
     """The view of a checkpoint held in bytes (what ``lazystore.torch.load``
     and ``lazystore.numpy.load`` read): lazystore or safetensors bytes,
     read where they are."""
@@ -242,7 +414,7 @@ def open_bytes(data, *, verify: bool = False, encryption_key=None) -> Checkpoint
     return _open_in_memory(BytesSource(data), verify, encryption_key)
 
 
-def _open_in_memory(source, verify: bool, encryption_key=None) -> CheckpointView:
+def _open_in_memory(source: Any, verify: bool, encryption_key: Key | None = None) -> CheckpointView:
     """The view of a checkpoint held in memory. A delta checkpoint is
     refused: its base is a file beside it, and bytes are beside nothing."""
     ck = open_view(source, verify=verify, encryption_key=resolve_key(encryption_key))
@@ -252,7 +424,8 @@ def _open_in_memory(source, verify: bool, encryption_key=None) -> CheckpointView
     return ck
 
 
-def _check_safetensors(obj, path, *, compression, base, options) -> None:
+def _check_safetensors(obj: object, path: Target, *, compression: str | None, base: object,
+                       options: Mapping[str, Any]) -> None:
     """Refuse, before anything is written, what a safetensors file cannot
     hold: nested state, compression, a delta, lazystore's layout options."""
     why = None
@@ -273,8 +446,9 @@ def _check_safetensors(obj, path, *, compression, base, options) -> None:
                                 "Save to a .lzy name to write a lazystore file.")
 
 
-def load(path, keys=None, *, map_location=None, verify: bool = True, storage_options: Mapping | None = None,
-         encryption_key=None, public_key=None, signature=None, index_sha256: str | None = None):
+def load(path: Target, keys: str | Iterable[str] | None = None, *, map_location: Any = None, verify: bool = True,
+         storage_options: Mapping[str, Any] | None = None, encryption_key: Key | None = None, public_key: Any = None,
+         signature: str | os.PathLike | None = None, index_sha256: str | None = None) -> Any:
     """Read a checkpoint back, as it was saved.
 
     A flat checkpoint (no nested structure) gives a dict of names to arrays,
@@ -319,6 +493,43 @@ def load(path, keys=None, *, map_location=None, verify: bool = True, storage_opt
     ``public_key``, ``signature`` and ``index_sha256`` check a signed (or
     pinned) checkpoint as :func:`open` does; every tensor loaded is then
     checked against its chunk digests (``verify=False`` is refused with them).
+
+    Parameters
+    ----------
+    path : str or os.PathLike or binary file object
+        What :func:`open` takes.
+    keys : str or iterable of str, optional
+        A glob pattern, or exact names: load only these tensors.
+    map_location : str or torch.device, optional
+        Where torch tensors go (None: the CPU).
+    verify : bool, optional
+        Check every raw tensor against its checksums (the default).
+    storage_options : Mapping, optional
+        The fsspec options of a URL's filesystem.
+    encryption_key : bytes or callable, optional
+        The key of an encrypted checkpoint.
+    public_key : str or os.PathLike or bytes or cryptography public key, optional
+        As for :func:`open`.
+    signature : str or os.PathLike, optional
+        As for :func:`open`.
+    index_sha256 : str, optional
+        As for :func:`open`.
+
+    Returns
+    -------
+    dict or nested state
+        The state as it was saved: a dict of names to arrays (or torch
+        tensors) for a flat checkpoint, the saved structure for nested state.
+
+    Raises
+    ------
+    InvalidInputError
+        ``verify=False`` with a signature or pin; a ``map_location`` other
+        than the CPU where nothing loaded is a torch tensor.
+    TensorNotFoundError
+        A name, or a glob, in ``keys`` that matches no tensor.
+    ChecksumError
+        A tensor whose bytes fail their checksums.
     """
     refuse_unchecked(verify, public_key, index_sha256)
     # Checked by each load(verify=...) below, which checks what the file
@@ -347,10 +558,10 @@ def load(path, keys=None, *, map_location=None, verify: bool = True, storage_opt
 
     with staging.Placement(dev) as place:
 
-        def make_torch(arr, node):
+        def make_torch(arr: Any, node: Any) -> Any:
             return torch_adapter.with_attributes(place.tensor(arr), node)
 
         return tree.build(root, arrays, make_torch, selected)
 
 
-__all__ = ["open", "load", "save"]
+__all__ = ["open", "load", "save", "save_async"]
