@@ -22,48 +22,37 @@ costs that checkpoint, never the next save
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
-import numbers
-import operator
 import os
-import re
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, overload
 
-import numpy as np
-
-from lazystore import api
 from lazystore._core import crypto_digest
 from lazystore._core.aead import resolve_key
 from lazystore._native.base_ref import MAX_CHAIN
+from lazystore.api.types import Key
 from lazystore.codecs import codec_for
-from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
+from lazystore.errors import InvalidInputError
 from lazystore.sinks import fsync_dir
-from lazystore.training import chains, damage, rebasing, reverse, saver_lock
-from lazystore.training.step_files import StepFiles, checkpoint_name
-from lazystore.views import tree
-from lazystore.views.base import ViewBase
+from lazystore.training import chains, entries, rebasing, reverse, saver_lock
+from lazystore.training.reading import CheckpointReading
+from lazystore.training.step_files import StepFiles
 from lazystore.writing import background
 from lazystore.writing.writer import Writer
 
 log = logging.getLogger("lazystore")
-MANAGER_KEY = "__lazystore_manager__"
-MANAGER_VERSION = 1
 # The most checkpoints per keyframe (the keyframe and the deltas coded
 # against it, directly or not); delta_depth usually ends a chain sooner. A
 # bound keeps what one damaged keyframe takes down, and the work of
 # rebasing at retention, bounded.
 DEFAULT_KEYFRAME_EVERY = 16
-_FILE = re.compile(r"step-(\d{12,})\.lzy")
 
 
-class CheckpointManager:
+class CheckpointManager(CheckpointReading):
     """Save training state every so often; keep the last and the best.
 
     >>> mgr = CheckpointManager("ckpts", keep_last=3, keep_best=1, metric="val_loss")  # doctest: +SKIP
@@ -150,9 +139,9 @@ class CheckpointManager:
     def __init__(self, directory: str | os.PathLike, *, keep_last: int | None = None, keep_best: int | None = None,
                  metric: str | None = None, mode: str = "min", compression: str | None = None, delta: bool = False,
                  keyframe_every: int = DEFAULT_KEYFRAME_EVERY, delta_depth: int = chains.DEFAULT_DEPTH,
-                 digest: str | None = None, encryption_key: api.Key | None = None) -> None:
-        self.keep_last = _count("keep_last", keep_last)
-        self.keep_best = _count("keep_best", keep_best)
+                 digest: str | None = None, encryption_key: Key | None = None) -> None:
+        self.keep_last = entries.count("keep_last", keep_last)
+        self.keep_best = entries.count("keep_best", keep_best)
         if metric is not None and not isinstance(metric, str):
             raise InvalidInputError(f"metric must be the str name of a metric, got {metric!r}")
         if self.keep_best is not None and metric is None:
@@ -174,8 +163,8 @@ class CheckpointManager:
                                     "are not supported, since a delta records checksums of its base's plaintext")
         # Kept as given (a callable is called on each use); bytes are checked now.
         self._encryption_key = encryption_key if callable(encryption_key) else resolve_key(encryption_key)
-        self.keyframe_every = _count("keyframe_every", keyframe_every)
-        self.delta_depth = _count("delta_depth", delta_depth)
+        self.keyframe_every = entries.count("keyframe_every", keyframe_every)
+        self.delta_depth = entries.count("delta_depth", delta_depth)
         if self.delta_depth is None or self.delta_depth > MAX_CHAIN:  # a restore reads delta_depth bases
             raise InvalidInputError(f"delta_depth must be an int from 1 to {MAX_CHAIN}, got {delta_depth!r}")
         self.directory = Path(os.fspath(directory))
@@ -272,9 +261,9 @@ class CheckpointManager:
         Raises
         ------
         InvalidInputError
-            A bad step, metrics or state; nothing is written.
+            What :meth:`save` refuses, raised at the call: nothing goes to the background.
         FolderLockedError
-            Another manager saves into the folder.
+            At the call, as for :meth:`save`.
         """
         return self._saver.save_async(state, *self._writing_step(step, metrics))
 
@@ -282,11 +271,10 @@ class CheckpointManager:
                       ) -> tuple[Callable[[], Writer], Callable[[Writer, background.Prepared], Path]]:
         """Check ``step`` and ``metrics``; give what opens checkpoint ``step``'s
         writer and what writes the state into it, then applies retention."""
-        step = _step(step)
-        metrics = _metrics(metrics)
+        step = entries.step_number(step)
+        metrics = entries.checked_metrics(metrics)
         path = self.path(step)
-        entry = {"version": MANAGER_VERSION, "step": step,
-                 "metrics": {name: tree.encode_scalar(value) for name, value in metrics.items()}}
+        entry = entries.encode(step, metrics)
 
         def open_writer() -> Writer:
             # The save before has finished (and its retention): the folder is settled.
@@ -302,7 +290,7 @@ class CheckpointManager:
 
         def finish(writer: Writer, prepared: background.Prepared) -> Path:
             try:
-                background.write_prepared(writer, prepared, {MANAGER_KEY: entry})
+                background.write_prepared(writer, prepared, {entries.MANAGER_KEY: entry})
             finally:
                 self._writing = None  # durable now, or failed (leaving what was there)
             with self._lock:
@@ -361,174 +349,6 @@ class CheckpointManager:
             else:
                 log.error("a background save failed", exc_info=save_error)
 
-    # -- reading -----------------------------------------------------------------
-
-    def steps(self) -> list[int]:
-        """The retained steps, sorted, read from the folder on each call.
-
-        The step this manager is saving is left out until it is durable.
-
-        Returns
-        -------
-        list of int
-            The steps with a checkpoint in the folder.
-        """
-        writing = self._in_flight()
-        steps = []
-        for name in os.listdir(self.directory):
-            m = _FILE.fullmatch(name)
-            if m and name == checkpoint_name(int(m.group(1))) and int(m.group(1)) != writing:
-                steps.append(int(m.group(1)))
-        return sorted(steps)
-
-    def latest(self) -> int | None:
-        """The highest retained step, or None.
-
-        Returns
-        -------
-        int or None
-            The latest step; None when the folder holds no checkpoint.
-        """
-        steps = self.steps()
-        return steps[-1] if steps else None
-
-    def best(self) -> int | None:
-        """The retained step with the best value of ``metric``.
-
-        Returns
-        -------
-        int or None
-            The best step (ties: the earlier); None if no checkpoint has a
-            (non-NaN) value for ``metric``.
-
-        Raises
-        ------
-        InvalidInputError
-            The manager was created without ``metric=``.
-        """
-        if self.metric is None:
-            raise InvalidInputError("best() needs a manager created with metric=")
-        ranked = self._ranked(self.steps())
-        return ranked[0] if ranked else None
-
-    def metrics(self, step: int) -> dict[str, Any]:
-        """The metrics saved with ``step``.
-
-        Parameters
-        ----------
-        step : int
-            A retained step.
-
-        Returns
-        -------
-        dict
-            Metric names to the numbers saved (int or float).
-
-        Raises
-        ------
-        CheckpointNotFoundError
-            No checkpoint of that step is retained.
-        """
-        return dict(self._metrics(self._existing(step)))
-
-    def path(self, step: int) -> Path:
-        """Where checkpoint ``step`` is (or would be) stored.
-
-        Parameters
-        ----------
-        step : int
-            The step, at least 0.
-
-        Returns
-        -------
-        pathlib.Path
-            ``directory / "step-<12 digits>.lzy"``.
-
-        Raises
-        ------
-        InvalidInputError
-            A step that is not an int of at least 0.
-        """
-        return self.files.path(_step(step))
-
-    def restore(self, step: int | None = None, *, map_location: Any = None, verify: bool = True) -> Any:
-        """Load a checkpoint (the latest by default) as :func:`lazystore.load` does.
-
-        Every tensor is checked against its checksums unless ``verify=False``.
-
-        Parameters
-        ----------
-        step : int, optional
-            The step to restore; the latest when None.
-        map_location : str or torch.device, optional
-            Where torch tensors go, as for :func:`lazystore.load`.
-        verify : bool, optional
-            Check every raw tensor against its checksums (the default).
-
-        Returns
-        -------
-        dict or nested state
-            The state as it was saved.
-
-        Raises
-        ------
-        CheckpointNotFoundError
-            No checkpoint of that step (or none at all), or one deleted
-            meanwhile (by another process's retention, say).
-        ChecksumError
-            A damaged checkpoint raises the error of reading it, naming its file.
-        """
-        step = self._resolve(step)
-        with self._reading(step) as path:
-            return api.load(path, map_location=map_location, verify=verify, encryption_key=self._encryption_key)
-
-    def open(self, step: int | None = None) -> ViewBase:
-        """Open a checkpoint (the latest by default) lazily, as :func:`lazystore.open` does.
-
-        Parameters
-        ----------
-        step : int, optional
-            The step to open; the latest when None.
-
-        Returns
-        -------
-        ViewBase
-            The checkpoint's view; close it when done.
-
-        Raises
-        ------
-        CheckpointNotFoundError
-            No checkpoint of that step, or none at all.
-        """
-        step = self._resolve(step)
-        with self._reading(step) as path:
-            return api.open(path, encryption_key=self._encryption_key)
-
-    def damaged(self) -> dict[int, str]:
-        """The listed steps whose checkpoint is damaged, each with why.
-
-        A checkpoint is damaged when it cannot be read, or bytes of it or of
-        its chain of bases fail their checksums. Checks every byte of every
-        listed checkpoint not already known to be damaged (as costly as
-        restoring each), after the save in flight, if any, has finished.
-        Each newly found one is also logged as a warning.
-
-        Returns
-        -------
-        dict of int to str
-            Damaged steps, each with the reason (the message names the file).
-        """
-        with self._saver.paused():  # no save of ours rewrites a file under the check
-            steps = self.steps()
-            known = self.files.known_damaged(steps)
-            found = {}
-            for step in steps:
-                reason = known.get(step) or damage.check(self.path(step))
-                if reason is not None:
-                    self.files.note_damage(step, reason)
-                    found[step] = reason
-            return found
-
     def __repr__(self) -> str:
         return (f"CheckpointManager({os.fspath(self.directory)!r}, keep_last={self.keep_last}, "
                 f"keep_best={self.keep_best}, metric={self.metric!r}, mode={self.mode!r})")
@@ -542,63 +362,12 @@ class CheckpointManager:
         writing = self._writing
         return writing if self._saver.busy else None
 
-    def _resolve(self, step: int | None) -> int:
-        if step is None:
-            latest = self.latest()
-            if latest is None:
-                raise CheckpointNotFoundError(f"no checkpoints in {os.fspath(self.directory)}")
-            return latest
-        return self._existing(step)
-
-    def _existing(self, step: int) -> int:
-        step = _step(step)
-        # lexists: a damaged entry (a folder, a dangling link) is listed, and reading it says what is wrong.
-        if step == self._in_flight() or not os.path.lexists(self.path(step)):
-            raise CheckpointNotFoundError(
-                f"no checkpoint for step {step} in {os.fspath(self.directory)}; retained steps: {self.steps()}")
-        return step
-
-    def _metrics(self, step: int) -> dict:
-        with self._reading(step):  # its errors name the file; deleted meanwhile: not found
-            return self.files.metrics(step, _read_metrics)
-
-    @contextlib.contextmanager
-    def _reading(self, step: int) -> Iterator[Path]:
-        """Read checkpoint ``step`` in the block (given its path): its errors
-        name the file, and a file deleted meanwhile is CheckpointNotFoundError."""
-        path = self.path(step)
-        try:
-            with damage.naming(path):
-                yield path
-        except FileNotFoundError:
-            if os.path.lexists(path):
-                raise  # a dangling link: damaged, and the error names it
-            raise CheckpointNotFoundError(
-                f"checkpoint step {step} ({os.fspath(path)}) was deleted while it was being read "
-                f"(retention, or another process); retained steps: {self.steps()}") from None
-
     def _prepare_replace(self, step: int) -> None:
         """Before checkpoint ``step`` is saved again: rewrite what depends on it."""
         steps = self.steps()
         if step in steps:
             with self._lock:
                 rebasing.rebase_dependents(self, [step], set(steps) - {step}, replacing=True)
-
-    def _ranked(self, steps: list[int]) -> list[int]:
-        """Steps with a value for ``metric``, best first (ties: earlier step
-        first). One whose metrics cannot be read is noted damaged, and unranked."""
-        scored = []
-        for step in steps:
-            try:
-                value = self._metrics(step).get(self.metric)
-            except CheckpointNotFoundError:
-                continue
-            except damage.READ_ERRORS as exc:
-                self.files.note_damage(step, damage.describe(self.path(step), exc))
-                continue
-            if value is not None and not (isinstance(value, float) and math.isnan(value)):
-                scored.append((value if self.mode == "min" else -value, step))
-        return [step for _, step in sorted(scored)]
 
     def _apply_retention(self) -> None:
         if self.keep_last is None and self.keep_best is None:
@@ -627,66 +396,3 @@ class CheckpointManager:
         # at the start of every save into this folder.)
         if removed:
             fsync_dir(self.directory)
-
-
-def _count(name: str, value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InvalidInputError(f"{name} must be None or an int >= 1, got {value!r}")
-    return int(value)
-
-
-def _step(step: Any) -> int:
-    if isinstance(step, (bool, np.bool_)):
-        raise InvalidInputError(f"step must be an int >= 0, got {step!r}")
-    try:
-        step = operator.index(step)
-    except TypeError:
-        raise InvalidInputError(f"step must be an int >= 0, got {step!r}") from None
-    if step < 0:
-        raise InvalidInputError(f"step must be an int >= 0, got {step}")
-    return step
-
-
-def _metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
-    if metrics is None:
-        return {}
-    if not isinstance(metrics, Mapping):
-        raise InvalidInputError(f"metrics must be a mapping of names to numbers, got {type(metrics).__name__}")
-    out = {}
-    for name, value in metrics.items():
-        if not isinstance(name, str):
-            raise InvalidInputError(f"metric names must be str, got {name!r}")
-        out[name] = _number(name, value)
-    return out
-
-
-def _number(name: str, value: Any) -> int | float:
-    if hasattr(value, "item") and not isinstance(value, (bool, int, float)):
-        try:
-            value = value.item()  # numpy scalars, one-element arrays and tensors
-        except (ValueError, RuntimeError, TypeError):
-            pass
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidInputError(f"metric {name!r} must be a real number, got {value!r}")
-    return int(value) if isinstance(value, numbers.Integral) else float(value)
-
-
-def _decode_entry(entry: Any, path: Path) -> dict[str, Any]:
-    if entry is None:
-        return {}  # a lazystore file not written by a manager: no metrics
-    if not isinstance(entry, dict) or not isinstance(entry.get("metrics"), dict):
-        raise FormatError(f"corrupt {MANAGER_KEY} in {os.fspath(path)}")
-    metrics = {}
-    for name, node in entry["metrics"].items():
-        if not isinstance(node, dict) or node.get("t") not in ("int", "float"):
-            raise FormatError(f"corrupt {MANAGER_KEY} in {os.fspath(path)}: metric {name!r}")
-        metrics[name] = tree.decode_scalar(node)
-    return metrics
-
-
-def _read_metrics(path: Path) -> dict:
-    """The metrics a checkpoint file records (in its manager entry)."""
-    with api.open(path) as ck:
-        return _decode_entry(ck.system_metadata.get(MANAGER_KEY), path)

@@ -18,7 +18,7 @@ import pytest
 
 import lazystore as ls
 from lazystore.testing.strategies import same_tree
-from lazystore.training import manager as manager_module
+from lazystore.training import reading as reading_module
 from tests.paths import REPO
 
 W = np.random.default_rng(8).standard_normal((32, 256)).astype(np.float32)
@@ -147,13 +147,13 @@ def test_two_processes_racing_for_one_folder_never_save_at_once(tmp_path):
 def test_restore_of_a_step_deleted_meanwhile_is_checkpoint_not_found(tmp_path, monkeypatch):
     mgr = ls.CheckpointManager(tmp_path)
     mgr.save(1, state(1))
-    real_load = manager_module.api.load
+    real_load = reading_module.api.load
 
     def deleted_first(path, **kwargs):  # another process's retention got there between listing and reading
         os.remove(path)
         return real_load(path, **kwargs)
 
-    monkeypatch.setattr(manager_module.api, "load", deleted_first)
+    monkeypatch.setattr(reading_module.api, "load", deleted_first)
     with pytest.raises(ls.CheckpointNotFoundError, match="deleted while it was being read"):
         mgr.restore(1)
 
