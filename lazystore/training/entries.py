@@ -32,6 +32,7 @@ def encode(step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def count(name: str, value: Any) -> int | None:
+    """A count argument (``keep_last=``, ``delta_depth=``, ...): None, or an int of at least 1."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -40,6 +41,7 @@ def count(name: str, value: Any) -> int | None:
 
 
 def step_number(step: Any) -> int:
+    """A step argument as an int of at least 0 (numpy integers too; never a bool)."""
     if isinstance(step, (bool, np.bool_)):
         raise InvalidInputError(f"step must be an int >= 0, got {step!r}")
     try:
@@ -52,6 +54,7 @@ def step_number(step: Any) -> int:
 
 
 def checked_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A ``metrics=`` argument as a dict of str names to Python ints and floats."""
     if metrics is None:
         return {}
     if not isinstance(metrics, Mapping):
@@ -65,6 +68,7 @@ def checked_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _number(name: str, value: Any) -> int | float:
+    """A metric's value as a Python int or float (numpy scalars, one-element arrays and tensors too)."""
     if hasattr(value, "item") and not isinstance(value, (bool, int, float)):
         try:
             value = value.item()  # numpy scalars, one-element arrays and tensors
@@ -76,6 +80,7 @@ def _number(name: str, value: Any) -> int | float:
 
 
 def _decode_entry(entry: Any, path: Path) -> dict[str, Any]:
+    """The metrics of a manager entry read from ``path`` (FormatError if it is corrupt)."""
     if entry is None:
         return {}  # a lazystore file not written by a manager: no metrics
     if not isinstance(entry, dict) or not isinstance(entry.get("metrics"), dict):
