@@ -53,9 +53,9 @@ def save(obj: object, path: Target, *, compression: str | None = None, compressi
          blocking: bool = True, **writer_options: Any) -> Future[Path | str] | None:
     """Write a checkpoint atomically: a flat mapping of names to arrays, or any nested training state.
 
-    The checkpoint is complete and durable when ``save`` returns, which is
-    always None, as ``torch.save`` and ``numpy.save`` are;
-    :func:`save_async` writes it in the background.
+    ``save`` returns None, as ``torch.save`` and ``numpy.save`` do, once the
+    checkpoint is complete and durable; :func:`save_async` writes it in the
+    background and returns a future.
 
     ``obj`` may nest dicts (str or int keys), OrderedDicts, lists and tuples,
     with tensor leaves (numpy arrays and scalars, torch tensors of any device,
