@@ -1,6 +1,6 @@
 """Background saves: what training pays while a checkpoint is written.
 
-- ``pause``: how long ``CheckpointManager.save(..., blocking=False)`` holds
+- ``pause``: how long ``CheckpointManager.save_async(...)`` holds
   the caller for a 512 MiB state (quick: 64 MiB), against a blocking save of
   the same state (the target), a plain copy of its bytes into buffers (the
   physical limit of a snapshot), and ``dcp.async_save`` with DCP's
@@ -90,7 +90,7 @@ def _pause(ctx: Context, device: str) -> list[Result]:
 
     def background() -> object:
         state["step"] += 1
-        return mgr.save(state["step"], state, blocking=False)
+        return mgr.save_async(state["step"], state)
 
     def background_durable() -> object:
         return background().result()
@@ -232,7 +232,8 @@ def training(ctx: Context) -> list[Result]:
         os.sync()
 
     def saving(label, blocking=False):
-        return partial(loop, lambda step, state: managers[label].save(step, state, blocking=blocking))
+        mgr = managers[label]
+        return partial(loop, mgr.save if blocking else mgr.save_async)  # called as save(step, state)
 
     mib = max(16, n // MiB)
     writer_state = {f"t{i}": np.full((1024, 1024), i, np.float32) for i in range(mib)}
@@ -314,7 +315,7 @@ with ls.CheckpointManager(folder, keep_last=1) as mgr:
     for step in range(saves):
         for t in state["model"].values():
             t.add_(1)
-        mgr.save(step, state, blocking=False)
+        mgr.save_async(step, state)
         mgr.wait()
         peaks.append(rss())
 print(json.dumps({"baseline": baseline, "peaks": peaks}))

@@ -20,7 +20,7 @@ side by side in one run, as issue 27's table asks:
   time to save the series (blocking saves, each delta save including the
   rewrite of the checkpoint before it), the restore of the latest and of
   the oldest checkpoint over the same step stored standalone, and the
-  training pause of a ``blocking=False`` save (the call, with no save in
+  training pause of a ``save_async`` (the call, with no save in
   flight) over that of the standalone manager.
 
 ``python -m benchmarks.delta [--quick]`` runs these alone and prints the rows.
@@ -201,7 +201,7 @@ def timing(ctx: Context) -> list[Result]:
     steps = iter(range(len(states), 10**6))
 
     def pause(mgr):  # the call of a background save; the save itself finishes untimed (setup)
-        return lambda: mgr.save(next(steps), states[-1], blocking=False)
+        return lambda: mgr.save_async(next(steps), states[-1])
 
     pauses = compare({"delta pause": pause(delta), "standalone pause": pause(alone)}, reps=ctx.scale.reps,
                      setup=lambda: (delta.wait(), alone.wait()))

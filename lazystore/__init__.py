@@ -5,7 +5,7 @@ from lazystore._core.chunking import DEFAULT_CHUNK_BYTES
 from lazystore._core.distribution import VERSION as __version__
 from lazystore._core.dtypes import DTYPES
 from lazystore._native.layout import FORMAT_MAJOR, FORMAT_MINOR
-from lazystore.api import load, open, save
+from lazystore.api import load, open, save, save_async
 from lazystore.codecs import ZstdPlanes
 from lazystore.errors import (
     BaseCheckpointError,
@@ -80,5 +80,6 @@ __all__ = [
     "open",
     "safe_open",
     "save",
+    "save_async",
     "show_config",
 ]

@@ -499,9 +499,11 @@ def test_file_objects_are_refused_clearly(tmp_path):
         f.write(b"x")
     with open(tmp_path / "r.lzy", "rb") as f, pytest.raises(ls.InvalidInputError, match="binary file object to write"):
         ls.save({"a": np.ones(2)}, f)  # refused before anything is written
-    for bad in ({"blocking": False}, {"max_shard_size": 1 << 20}, {"base": tmp_path / "b.lzy"}):
-        with pytest.raises(ls.InvalidInputError, match="one blocking file"):
+    for bad in ({"max_shard_size": 1 << 20}, {"base": tmp_path / "b.lzy"}):
+        with pytest.raises(ls.InvalidInputError, match="one file, written before save returns"):
             ls.save({"a": np.ones(2)}, io.BytesIO(), **bad)
+    with pytest.raises(ls.InvalidInputError, match="save_async need a path"):
+        ls.save_async({"a": np.ones(2)}, io.BytesIO())
     ls.save({"a": np.ones(4)}, tmp_path / "base.lzy")
     ls.save({"a": np.ones(4)}, tmp_path / "delta.lzy", base=tmp_path / "base.lzy")
     with open(tmp_path / "delta.lzy", "rb") as f, pytest.raises(ls.BaseCheckpointError, match="delta"):

@@ -33,4 +33,4 @@ def test_a_build_of_the_package_holds_the_marker(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "out" / "lazystore" / "py.typed").is_file()
-    assert (tmp_path / "out" / "lazystore" / "api.py").is_file()
+    assert (tmp_path / "out" / "lazystore" / "api" / "saving.py").is_file()  # subpackages too

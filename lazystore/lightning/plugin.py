@@ -61,10 +61,12 @@ class LazyStoreCheckpointIO(CheckpointIO):
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         # The previous background save's failure, if nobody has seen it, is raised here (the next save).
         self._pending = None
-        future = ls.save(objects.encode(checkpoint), path, compression=self.compression,
-                         storage_options=storage_options, blocking=self.blocking)
-        if future is not None:
-            self._pending = (path, future)
+        state = objects.encode(checkpoint)
+        if self.blocking:
+            ls.save(state, path, compression=self.compression, storage_options=storage_options)
+        else:
+            self._pending = (path, ls.save_async(state, path, compression=self.compression,
+                                                 storage_options=storage_options))
 
     def load_checkpoint(self, path, map_location=None, weights_only: bool | None = None) -> dict:
         """Load a checkpoint: a lazystore file, or a torch file Lightning wrote.

@@ -8,7 +8,7 @@ reserved metadata member ``__lazystore_manager__``), so the history -- which
 steps exist, their metrics, which one is best -- is rebuilt from the files
 alone by any manager opened on the folder.
 
-Saves can run in the background (``blocking=False``): the state is
+Saves can run in the background (:meth:`CheckpointManager.save_async`): the state is
 snapshotted on the caller's thread and written by the manager's worker
 thread (:mod:`~lazystore.writing.background`), one save at a time.
 
@@ -22,51 +22,44 @@ costs that checkpoint, never the next save
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
-import numbers
-import operator
 import os
-import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, overload
 
-import numpy as np
-
-from lazystore import api
 from lazystore._core import crypto_digest
 from lazystore._core.aead import resolve_key
 from lazystore._native.base_ref import MAX_CHAIN
+from lazystore.api.types import Key
 from lazystore.codecs import codec_for
-from lazystore.errors import CheckpointNotFoundError, FormatError, InvalidInputError
+from lazystore.errors import InvalidInputError
 from lazystore.sinks import fsync_dir
-from lazystore.training import chains, damage, rebasing, reverse, saver_lock
-from lazystore.training.step_files import StepFiles, checkpoint_name
-from lazystore.views import tree
+from lazystore.training import chains, entries, rebasing, reverse, saver_lock
+from lazystore.training.reading import CheckpointReading
+from lazystore.training.step_files import StepFiles
 from lazystore.writing import background
 from lazystore.writing.writer import Writer
 
 log = logging.getLogger("lazystore")
-MANAGER_KEY = "__lazystore_manager__"
-MANAGER_VERSION = 1
 # The most checkpoints per keyframe (the keyframe and the deltas coded
 # against it, directly or not); delta_depth usually ends a chain sooner. A
 # bound keeps what one damaged keyframe takes down, and the work of
 # rebasing at retention, bounded.
 DEFAULT_KEYFRAME_EVERY = 16
-_FILE = re.compile(r"step-(\d{12,})\.lzy")
 
 
-class CheckpointManager:
+class CheckpointManager(CheckpointReading):
     """Save training state every so often; keep the last and the best.
 
     >>> mgr = CheckpointManager("ckpts", keep_last=3, keep_best=1, metric="val_loss")  # doctest: +SKIP
     >>> mgr.save(step, state, metrics={"val_loss": 0.42})                              # doctest: +SKIP
     >>> state = mgr.restore()            # the latest step                               # doctest: +SKIP
     >>> with CheckpointManager("ckpts", keep_last=3) as mgr:                               # doctest: +SKIP
-    ...     future = mgr.save(step, state, blocking=False)  # returns once the state is copied
+    ...     future = mgr.save_async(step, state)  # returns once the state is copied
 
     Retention (applied after each save, once the new checkpoint is durable):
     ``keep_last=N`` keeps the N highest steps; ``keep_best=N`` keeps the N
@@ -77,7 +70,7 @@ class CheckpointManager:
     ``delta=True`` keeps the newest checkpoint whole and older ones as
     delta files (format 1.3) against newer ones: each save writes its step
     whole, then codes the checkpoint before it against it (in the
-    background too with ``blocking=False``), so unchanged tensors are
+    background too with :meth:`save_async`), so unchanged tensors are
     stored once, in the newest file, and the latest restores at the speed
     of a standalone file. Older checkpoints form chains ending in a whole
     one: a restore decodes at most ``delta_depth`` checkpoints' worth of
@@ -110,14 +103,45 @@ class CheckpointManager:
     per save and per restore or open) encrypts every checkpoint as
     :func:`lazystore.save` does, and reads them back; it cannot be combined
     with ``delta=True`` (sealed deltas are not supported).
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The folder of the checkpoints (created if missing).
+    keep_last : int, optional
+        Keep the checkpoints of the N highest steps.
+    keep_best : int, optional
+        Keep the N checkpoints with the best ``metric``.
+    metric : str, optional
+        The metric that ranks checkpoints (needed by ``keep_best`` and :meth:`best`).
+    mode : {"min", "max"}, optional
+        Whether the lowest or the highest value of ``metric`` is best.
+    compression : {None, "zstd"}, optional
+        How each checkpoint's tensors are stored, as for :func:`lazystore.save`.
+    delta : bool, optional
+        Keep older checkpoints as delta files against newer ones.
+    keyframe_every : int, optional
+        The most checkpoints in one chain of deltas.
+    delta_depth : int, optional
+        The most checkpoints a restore decodes beyond a whole one.
+    digest : {None, "blake3", "sha256"}, optional
+        Record a cryptographic digest of every chunk.
+    encryption_key : bytes or callable, optional
+        Encrypt every checkpoint with this key (or what the callable returns).
+
+    Raises
+    ------
+    InvalidInputError
+        A bad argument (a count below 1, ``keep_best`` without ``metric``, an
+        unknown mode or compression, ``encryption_key`` with ``delta=True``).
     """
 
-    def __init__(self, directory, *, keep_last: int | None = None, keep_best: int | None = None,
-                 metric: str | None = None, mode: str = "min", compression=None, delta: bool = False,
+    def __init__(self, directory: str | os.PathLike, *, keep_last: int | None = None, keep_best: int | None = None,
+                 metric: str | None = None, mode: str = "min", compression: str | None = None, delta: bool = False,
                  keyframe_every: int = DEFAULT_KEYFRAME_EVERY, delta_depth: int = chains.DEFAULT_DEPTH,
-                 digest: str | None = None, encryption_key=None):
-        self.keep_last = _count("keep_last", keep_last)
-        self.keep_best = _count("keep_best", keep_best)
+                 digest: str | None = None, encryption_key: Key | None = None) -> None:
+        self.keep_last = entries.count("keep_last", keep_last)
+        self.keep_best = entries.count("keep_best", keep_best)
         if metric is not None and not isinstance(metric, str):
             raise InvalidInputError(f"metric must be the str name of a metric, got {metric!r}")
         if self.keep_best is not None and metric is None:
@@ -139,8 +163,8 @@ class CheckpointManager:
                                     "are not supported, since a delta records checksums of its base's plaintext")
         # Kept as given (a callable is called on each use); bytes are checked now.
         self._encryption_key = encryption_key if callable(encryption_key) else resolve_key(encryption_key)
-        self.keyframe_every = _count("keyframe_every", keyframe_every)
-        self.delta_depth = _count("delta_depth", delta_depth)
+        self.keyframe_every = entries.count("keyframe_every", keyframe_every)
+        self.delta_depth = entries.count("delta_depth", delta_depth)
         if self.delta_depth is None or self.delta_depth > MAX_CHAIN:  # a restore reads delta_depth bases
             raise InvalidInputError(f"delta_depth must be an int from 1 to {MAX_CHAIN}, got {delta_depth!r}")
         self.directory = Path(os.fspath(directory))
@@ -157,28 +181,102 @@ class CheckpointManager:
 
     # -- writing ---------------------------------------------------------------
 
-    def save(self, step: int, state, *, metrics: Mapping | None = None, blocking: bool = True):
-        """Write ``state`` (anything :func:`lazystore.save` takes) as checkpoint
-        ``step``, replacing any checkpoint of that step; then apply retention.
+    @overload
+    def save(self, step: int, state: object, *, metrics: Mapping[str, Any] | None = None,
+             blocking: Literal[True] = True) -> Path: ...
 
-        ``metrics`` maps names to numbers (int, float -- inf and nan too --,
-        numpy scalars, one-element arrays or tensors). Returns the file's path.
+    @overload  # deprecated: save_async replaces it
+    def save(self, step: int, state: object, *, metrics: Mapping[str, Any] | None = None,
+             blocking: bool) -> Path | Future[Path]: ...
 
-        With ``blocking=False``, returns a ``concurrent.futures.Future`` as
-        soon as the state is checked and its tensors copied into the
-        manager's snapshot buffers: the caller may change the state at once.
-        Writing, retention included, happens in the background; ``result()``
-        gives the path or raises the save's error. A save while another is in
-        flight first waits for it, and raises its error if nobody has seen it
-        (then nothing new is saved). Bad input always raises here.
+    def save(self, step: int, state: object, *, metrics: Mapping[str, Any] | None = None,
+             blocking: bool = True) -> Path | Future[Path]:
+        """Write ``state`` as checkpoint ``step``, then apply retention; return its path.
+
+        ``state`` is anything :func:`lazystore.save` takes; a checkpoint of
+        the same step is replaced. The file is durable and retention applied
+        when this returns; :meth:`save_async` does the writing in the
+        background. A save while a background one is in flight first waits
+        for it, and raises its error if nobody has seen it (then nothing new
+        is saved).
+
+        Parameters
+        ----------
+        step : int
+            The step, at least 0: the file is ``step-<12 digits>.lzy``.
+        state : Mapping or nested state
+            The training state.
+        metrics : Mapping, optional
+            Names to numbers (int, float -- inf and nan too --, numpy
+            scalars, one-element arrays or tensors), stored in the checkpoint.
+        blocking : bool, optional
+            Deprecated. True (the default) changes nothing; ``blocking=False``
+            warns DeprecationWarning and returns what :meth:`save_async`
+            returns: call that instead.
+
+        Returns
+        -------
+        pathlib.Path
+            The checkpoint's file (with the deprecated ``blocking=False``, the
+            future :meth:`save_async` returns).
+
+        Raises
+        ------
+        InvalidInputError
+            A bad step, metrics or state; nothing is written.
+        FolderLockedError
+            Another manager saves into the folder.
         """
-        step = _step(step)
-        metrics = _metrics(metrics)
-        path = self.path(step)
-        entry = {"version": MANAGER_VERSION, "step": step,
-                 "metrics": {name: tree.encode_scalar(value) for name, value in metrics.items()}}
+        if not blocking:
+            background.deprecated_blocking("lazystore.CheckpointManager.save", "CheckpointManager.save_async")
+            return self.save_async(step, state, metrics=metrics)
+        return self._saver.save(state, *self._writing_step(step, metrics))
 
-        def open_writer():
+    def save_async(self, step: int, state: object, *, metrics: Mapping[str, Any] | None = None) -> Future[Path]:
+        """Start writing ``state`` as checkpoint ``step`` in the background; return a future at once.
+
+        The call returns as soon as the state is checked and its tensors
+        copied into the manager's snapshot buffers: the caller may change
+        the state at once. Writing, retention included, happens on the
+        manager's worker thread, one save at a time, in order. A save while
+        another is in flight first waits for it, and raises its error if
+        nobody has seen it (then nothing new is saved). Bad input always
+        raises here.
+
+        Parameters
+        ----------
+        step : int
+            As for :meth:`save`.
+        state : Mapping or nested state
+            As for :meth:`save`.
+        metrics : Mapping, optional
+            As for :meth:`save`.
+
+        Returns
+        -------
+        concurrent.futures.Future
+            ``result()`` gives the checkpoint's path once it is durable and
+            retention applied, or raises the save's error.
+
+        Raises
+        ------
+        InvalidInputError
+            What :meth:`save` refuses, raised at the call: nothing goes to the background.
+        FolderLockedError
+            At the call, as for :meth:`save`.
+        """
+        return self._saver.save_async(state, *self._writing_step(step, metrics))
+
+    def _writing_step(self, step: int, metrics: Mapping[str, Any] | None
+                      ) -> tuple[Callable[[], Writer], Callable[[Writer, background.Prepared], Path]]:
+        """Check ``step`` and ``metrics``; give what opens checkpoint ``step``'s
+        writer and what writes the state into it, then applies retention."""
+        step = entries.step_number(step)
+        metrics = entries.checked_metrics(metrics)
+        path = self.path(step)
+        entry = entries.encode(step, metrics)
+
+        def open_writer() -> Writer:
             # The save before has finished (and its retention): the folder is settled.
             self._folder_lock.acquire()  # or FolderLockedError: another manager saves here
             self._prepare_replace(step)
@@ -190,9 +288,9 @@ class CheckpointManager:
                 self._writing = None
                 raise
 
-        def finish(writer, prepared) -> Path:
+        def finish(writer: Writer, prepared: background.Prepared) -> Path:
             try:
-                background.write_prepared(writer, prepared, {MANAGER_KEY: entry})
+                background.write_prepared(writer, prepared, {entries.MANAGER_KEY: entry})
             finally:
                 self._writing = None  # durable now, or failed (leaving what was there)
             with self._lock:
@@ -205,28 +303,41 @@ class CheckpointManager:
                     reverse.after_save(self, step)
             return path
 
-        return self._saver.save(state, open_writer, finish, blocking=blocking)
+        return open_writer, finish
 
     def wait(self) -> None:
-        """Wait until no save is in flight; raise the error of a failed one
-        nobody has seen yet (its future's ``result()`` counts as seeing it)."""
+        """Wait until no save is in flight.
+
+        Raises
+        ------
+        Exception
+            The error of a failed background save nobody has seen yet (its
+            future's ``result()`` counts as seeing it).
+        """
         self._saver.wait()
 
     def close(self) -> None:
-        """Wait as :meth:`wait` does, then free the worker thread, the
-        snapshot buffers and the folder's lock (another manager may save
-        into the folder from then on). The manager stays usable: a later
-        save takes them again.
+        """Wait as :meth:`wait` does, then free the worker thread, the snapshot buffers and the folder's lock.
+
+        Another manager may save into the folder from then on. This one
+        stays usable: a later save takes them again.
 
         A SIGTERM handler that calls ``close()`` lets an in-flight
         background save finish (durable and listed) before the process
-        ends; see docs/training.md, "Stopping: SIGTERM and exit"."""
+        ends; see docs/training.md, "Stopping: SIGTERM and exit".
+
+        Raises
+        ------
+        Exception
+            As :meth:`wait` does.
+        """
         self._saver.close()
 
-    def __enter__(self):
+    def __enter__(self) -> CheckpointManager:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc is None:
             self.close()
             return
@@ -237,75 +348,6 @@ class CheckpointManager:
                 exc.add_note(f"also, a background save failed: {save_error!r}")
             else:
                 log.error("a background save failed", exc_info=save_error)
-
-    # -- reading -----------------------------------------------------------------
-
-    def steps(self) -> list[int]:
-        """The retained steps, sorted (read from the folder on each call).
-        The step this manager is saving is left out until it is durable."""
-        writing = self._in_flight()
-        steps = []
-        for name in os.listdir(self.directory):
-            m = _FILE.fullmatch(name)
-            if m and name == checkpoint_name(int(m.group(1))) and int(m.group(1)) != writing:
-                steps.append(int(m.group(1)))
-        return sorted(steps)
-
-    def latest(self) -> int | None:
-        """The highest retained step, or None."""
-        steps = self.steps()
-        return steps[-1] if steps else None
-
-    def best(self) -> int | None:
-        """The retained step with the best value of ``metric``, or None if no
-        checkpoint has a (non-NaN) value for it."""
-        if self.metric is None:
-            raise InvalidInputError("best() needs a manager created with metric=")
-        ranked = self._ranked(self.steps())
-        return ranked[0] if ranked else None
-
-    def metrics(self, step: int) -> dict:
-        """The metrics saved with ``step``."""
-        return dict(self._metrics(self._existing(step)))
-
-    def path(self, step: int) -> Path:
-        """Where checkpoint ``step`` is (or would be) stored."""
-        return self.files.path(_step(step))
-
-    def restore(self, step: int | None = None, *, map_location=None, verify: bool = True):
-        """Load a checkpoint (the latest by default) as :func:`lazystore.load` does:
-        every tensor checked against its checksums unless ``verify=False``.
-
-        A damaged checkpoint raises the error of reading it, naming its file;
-        one deleted meanwhile (by another process's retention, say) raises
-        :class:`~lazystore.CheckpointNotFoundError`."""
-        step = self._resolve(step)
-        with self._reading(step) as path:
-            return api.load(path, map_location=map_location, verify=verify, encryption_key=self._encryption_key)
-
-    def open(self, step: int | None = None):
-        """Open a checkpoint (the latest by default) lazily, as :func:`lazystore.open` does."""
-        step = self._resolve(step)
-        with self._reading(step) as path:
-            return api.open(path, encryption_key=self._encryption_key)
-
-    def damaged(self) -> dict[int, str]:
-        """The listed steps whose checkpoint is damaged, each with why (the
-        message names the file): it cannot be read, or bytes of it or of its
-        chain of bases fail their checksums. Checks every byte of every
-        listed checkpoint not already known to be damaged (as costly as
-        restoring each), after the save in flight, if any, has finished.
-        Each newly found one is also logged as a warning."""
-        with self._saver.paused():  # no save of ours rewrites a file under the check
-            steps = self.steps()
-            known = self.files.known_damaged(steps)
-            found = {}
-            for step in steps:
-                reason = known.get(step) or damage.check(self.path(step))
-                if reason is not None:
-                    self.files.note_damage(step, reason)
-                    found[step] = reason
-            return found
 
     def __repr__(self) -> str:
         return (f"CheckpointManager({os.fspath(self.directory)!r}, keep_last={self.keep_last}, "
@@ -320,63 +362,12 @@ class CheckpointManager:
         writing = self._writing
         return writing if self._saver.busy else None
 
-    def _resolve(self, step) -> int:
-        if step is None:
-            latest = self.latest()
-            if latest is None:
-                raise CheckpointNotFoundError(f"no checkpoints in {os.fspath(self.directory)}")
-            return latest
-        return self._existing(step)
-
-    def _existing(self, step) -> int:
-        step = _step(step)
-        # lexists: a damaged entry (a folder, a dangling link) is listed, and reading it says what is wrong.
-        if step == self._in_flight() or not os.path.lexists(self.path(step)):
-            raise CheckpointNotFoundError(
-                f"no checkpoint for step {step} in {os.fspath(self.directory)}; retained steps: {self.steps()}")
-        return step
-
-    def _metrics(self, step: int) -> dict:
-        with self._reading(step):  # its errors name the file; deleted meanwhile: not found
-            return self.files.metrics(step, _read_metrics)
-
-    @contextlib.contextmanager
-    def _reading(self, step: int):
-        """Read checkpoint ``step`` in the block (given its path): its errors
-        name the file, and a file deleted meanwhile is CheckpointNotFoundError."""
-        path = self.path(step)
-        try:
-            with damage.naming(path):
-                yield path
-        except FileNotFoundError:
-            if os.path.lexists(path):
-                raise  # a dangling link: damaged, and the error names it
-            raise CheckpointNotFoundError(
-                f"checkpoint step {step} ({os.fspath(path)}) was deleted while it was being read "
-                f"(retention, or another process); retained steps: {self.steps()}") from None
-
     def _prepare_replace(self, step: int) -> None:
         """Before checkpoint ``step`` is saved again: rewrite what depends on it."""
         steps = self.steps()
         if step in steps:
             with self._lock:
                 rebasing.rebase_dependents(self, [step], set(steps) - {step}, replacing=True)
-
-    def _ranked(self, steps: list[int]) -> list[int]:
-        """Steps with a value for ``metric``, best first (ties: earlier step
-        first). One whose metrics cannot be read is noted damaged, and unranked."""
-        scored = []
-        for step in steps:
-            try:
-                value = self._metrics(step).get(self.metric)
-            except CheckpointNotFoundError:
-                continue
-            except damage.READ_ERRORS as exc:
-                self.files.note_damage(step, damage.describe(self.path(step), exc))
-                continue
-            if value is not None and not (isinstance(value, float) and math.isnan(value)):
-                scored.append((value if self.mode == "min" else -value, step))
-        return [step for _, step in sorted(scored)]
 
     def _apply_retention(self) -> None:
         if self.keep_last is None and self.keep_best is None:
@@ -405,66 +396,3 @@ class CheckpointManager:
         # at the start of every save into this folder.)
         if removed:
             fsync_dir(self.directory)
-
-
-def _count(name: str, value) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InvalidInputError(f"{name} must be None or an int >= 1, got {value!r}")
-    return int(value)
-
-
-def _step(step) -> int:
-    if isinstance(step, (bool, np.bool_)):
-        raise InvalidInputError(f"step must be an int >= 0, got {step!r}")
-    try:
-        step = operator.index(step)
-    except TypeError:
-        raise InvalidInputError(f"step must be an int >= 0, got {step!r}") from None
-    if step < 0:
-        raise InvalidInputError(f"step must be an int >= 0, got {step}")
-    return step
-
-
-def _metrics(metrics) -> dict:
-    if metrics is None:
-        return {}
-    if not isinstance(metrics, Mapping):
-        raise InvalidInputError(f"metrics must be a mapping of names to numbers, got {type(metrics).__name__}")
-    out = {}
-    for name, value in metrics.items():
-        if not isinstance(name, str):
-            raise InvalidInputError(f"metric names must be str, got {name!r}")
-        out[name] = _number(name, value)
-    return out
-
-
-def _number(name: str, value):
-    if hasattr(value, "item") and not isinstance(value, (bool, int, float)):
-        try:
-            value = value.item()  # numpy scalars, one-element arrays and tensors
-        except (ValueError, RuntimeError, TypeError):
-            pass
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidInputError(f"metric {name!r} must be a real number, got {value!r}")
-    return int(value) if isinstance(value, numbers.Integral) else float(value)
-
-
-def _decode_entry(entry, path) -> dict:
-    if entry is None:
-        return {}  # a lazystore file not written by a manager: no metrics
-    if not isinstance(entry, dict) or not isinstance(entry.get("metrics"), dict):
-        raise FormatError(f"corrupt {MANAGER_KEY} in {os.fspath(path)}")
-    metrics = {}
-    for name, node in entry["metrics"].items():
-        if not isinstance(node, dict) or node.get("t") not in ("int", "float"):
-            raise FormatError(f"corrupt {MANAGER_KEY} in {os.fspath(path)}: metric {name!r}")
-        metrics[name] = tree.decode_scalar(node)
-    return metrics
-
-
-def _read_metrics(path: Path) -> dict:
-    """The metrics a checkpoint file records (in its manager entry)."""
-    with api.open(path) as ck:
-        return _decode_entry(ck.system_metadata.get(MANAGER_KEY), path)

@@ -1,6 +1,6 @@
 """Background saves: snapshot on the caller's thread, write on one worker thread.
 
-A save with ``blocking=False`` does on the caller's thread only what must
+A background save (``save_async``) does on the caller's thread only what must
 happen before the caller may touch its state again: check everything
 (:func:`prepare`), open the target (which checks every writer option), and
 copy each tensor leaf into a snapshot buffer (:func:`snapshot`). Encoding,
@@ -30,10 +30,12 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -49,6 +51,26 @@ log = logging.getLogger("lazystore")
 # How much lower than the caller's the worker's CPU priority is (Linux nice
 # steps; a thread may always lower its own priority).
 WORKER_NICENESS = 10
+
+T = TypeVar("T")  # what a save's finish returns (its checkpoint's path)
+
+
+def deprecated_blocking(old: str, new: str) -> None:
+    """Warn that ``old(..., blocking=False)`` is deprecated for ``new(...)``
+    (the message names the caller's line: two frames up, past ``old``).
+
+    The suite turns these warnings into errors (pyproject.toml), so nothing
+    in lazystore or its tests still saves with ``blocking=False``.
+
+    Parameters
+    ----------
+    old : str
+        The deprecated call's function, e.g. ``"lazystore.save"``.
+    new : str
+        Its replacement, e.g. ``"lazystore.save_async"``.
+    """
+    warnings.warn(f"{old}(blocking=False) is deprecated: use {new}(...), which takes the same arguments "
+                  "and returns the future", DeprecationWarning, stacklevel=3)
 
 
 @dataclass
@@ -216,11 +238,12 @@ class SaveFuture(Future):
 class BackgroundSaver:
     """Saves, blocking or not, one at a time, in order.
 
-    ``save(obj, open_writer, finish, blocking=...)``: ``open_writer()`` opens
-    the target on the caller's thread (checking every option) and gives a
-    writer; ``finish(writer, prepared)`` writes the state into it, closes it
-    (commit: fsync and rename) and returns the result -- on the caller's
-    thread when blocking, else on the worker, behind a :class:`SaveFuture`.
+    ``save(obj, open_writer, finish)`` and ``save_async(...)``:
+    ``open_writer()`` opens the target on the caller's thread (checking
+    every option) and gives a writer; ``finish(writer, prepared)`` writes
+    the state into it, closes it (commit: fsync and rename) and returns the
+    result -- on the caller's thread for ``save``, on the worker behind a
+    :class:`SaveFuture` for ``save_async``.
 
     ``serial=True`` (a manager): a blocking save holds the saver until it
     has finished too, so no two saves ever overlap, whatever threads make
@@ -240,23 +263,36 @@ class BackgroundSaver:
         self._serial = serial
         self._on_close = on_close
 
-    def save(self, obj, open_writer: Callable, finish: Callable, *, blocking: bool):
-        prepared = prepare(obj, check_flat=not blocking)  # bad input raises here, before anything else
-        with self._held():
-            self._settle()  # the save in flight finishes first; its failure is raised here
-            writer = open_writer()
-            if not blocking:
-                try:
-                    copy = snapshot(prepared, self._buffers)
-                except BaseException:
-                    writer.abort()
-                    raise
-                return self._submit(finish, writer, copy)
+    def save(self, obj: object, open_writer: Callable[[], Any], finish: Callable[[Any, Prepared], T]) -> T:
+        """Write ``obj`` before returning, from the caller's own tensors, on
+        its thread; after the save in flight, whose failure is raised here."""
+        prepared = prepare(obj)  # bad input raises here, before anything else
+        with self._opened(open_writer) as writer:
             if self._serial:
                 return finish(writer, prepared)
-        # Blocking: written from the caller's own tensors, on its thread. Not
-        # under the lock: blocking ls.save calls from several threads may overlap.
+        # Not under the lock: blocking ls.save calls from several threads may overlap.
         return finish(writer, prepared)
+
+    def save_async(self, obj: object, open_writer: Callable[[], Any],
+                   finish: Callable[[Any, Prepared], Any]) -> SaveFuture:
+        """Snapshot ``obj``'s tensors and write them on the worker: the
+        future gives what ``finish`` returns, or raises its error."""
+        prepared = prepare(obj, check_flat=True)  # bad input raises here, before anything else
+        with self._opened(open_writer) as writer:
+            try:
+                copy = snapshot(prepared, self._buffers)
+            except BaseException:
+                writer.abort()
+                raise
+            return self._submit(finish, writer, copy)
+
+    @contextlib.contextmanager
+    def _opened(self, open_writer: Callable[[], Any]) -> Iterator[Any]:
+        """Hold the saver, once the save in flight has finished (its
+        unreported failure raised), with the target opened."""
+        with self._held():
+            self._settle()
+            yield open_writer()
 
     def wait(self) -> None:
         """Wait for the save in flight; raise its error if nobody has been told."""
@@ -347,7 +383,7 @@ class BackgroundSaver:
                 # in terms of its own futures; say what to do instead.
                 raise ShutdownError(
                     f"cannot save {os.fspath(writer.path)} in the background: the interpreter is shutting down (a save "
-                    "from an atexit handler?) and no thread can be started. Save with blocking=True there, "
+                    "from an atexit handler?) and no thread can be started. Save with save() there (not save_async), "
                     "or save and close() the manager before the program ends") from exc
             raise
         return future
@@ -372,7 +408,7 @@ def _lower_priority() -> None:
         pass  # elsewhere the worker runs at the caller's priority
 
 
-# ls.save(..., blocking=False) without a manager: one worker for the process,
+# ls.save_async without a manager: one worker for the process,
 # and no buffers kept (nothing would free them).
 DEFAULT = BackgroundSaver(keep_buffers=False)
 

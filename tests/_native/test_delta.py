@@ -271,7 +271,7 @@ def test_nested_state_and_background_saves_take_a_base(tmp_path):
     state = {"model": {"w": torch.from_numpy(_trained_like((128, 128)))}, "step": 1}
     ls.save(state, tmp_path / "a.lzy", compression="zstd")
     state["model"]["w"] += 1e-6
-    ls.save(state, tmp_path / "b.lzy", compression="zstd", base=tmp_path / "a.lzy", blocking=False).result()
+    ls.save_async(state, tmp_path / "b.lzy", compression="zstd", base=tmp_path / "a.lzy").result()
     got = ls.load(tmp_path / "b.lzy")
     assert torch.equal(got["model"]["w"], state["model"]["w"]) and got["step"] == 1
 

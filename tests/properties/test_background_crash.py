@@ -1,7 +1,7 @@
 """Kill a process at random moments while it saves in the background.
 
-The child trains for real in miniature: it saves with ``blocking=False``
-(CheckpointManager with retention, or plain ``ls.save``), then at once
+The child trains for real in miniature: it saves with ``save_async``
+(CheckpointManager with retention, or plain ``ls.save_async``), then at once
 changes the state in place, as the next training step would, while the
 previous save is still being written. The test SIGKILLs it at random
 moments. After every kill the last complete checkpoint must be restorable,
@@ -46,9 +46,9 @@ SAVER = textwrap.dedent(
     print("ready", flush=True)
     while True:
         if kind == "manager":
-            mgr.save(version, state, metrics={"version": version}, blocking=False)
+            mgr.save_async(version, state, metrics={"version": version})
         else:
-            ls.save(state, target, compression="zstd" if version % 2 else None, blocking=False)
+            ls.save_async(state, target, compression="zstd" if version % 2 else None)
         version += 1
         train(version)
     """

@@ -52,10 +52,10 @@ def _raises_and_writes_nothing(tmp_path, call):
     return info.value
 
 
-@pytest.mark.parametrize("blocking", [True, False], ids=["blocking", "background"])
+@pytest.mark.parametrize("save", [ls.save, ls.save_async], ids=["blocking", "background"])
 @pytest.mark.parametrize("options", BAD_SAVE_OPTIONS.values(), ids=BAD_SAVE_OPTIONS)
-def test_save_refuses_bad_options(tmp_path, options, blocking):
-    _raises_and_writes_nothing(tmp_path, lambda: ls.save(ARRAYS, tmp_path / "a.lzy", blocking=blocking, **options))
+def test_save_refuses_bad_options(tmp_path, options, save):
+    _raises_and_writes_nothing(tmp_path, lambda: save(ARRAYS, tmp_path / "a.lzy", **options))
 
 
 @pytest.mark.parametrize("options", BAD_WRITER_OPTIONS.values(), ids=BAD_WRITER_OPTIONS)
@@ -132,11 +132,10 @@ BAD_SAFETENSORS_WRITER_OPTIONS = {k: v for k, v in BAD_WRITER_OPTIONS.items()
                                   if k.startswith(("level", "metadata", "compression"))}
 
 
-@pytest.mark.parametrize("blocking", [True, False], ids=["blocking", "background"])
+@pytest.mark.parametrize("save", [ls.save, ls.save_async], ids=["blocking", "background"])
 @pytest.mark.parametrize("options", BAD_WRITER_OPTIONS.values(), ids=BAD_WRITER_OPTIONS)
-def test_save_as_safetensors_refuses_bad_options(tmp_path, options, blocking):
-    _raises_and_writes_nothing(
-        tmp_path, lambda: ls.save(ARRAYS, tmp_path / "a.safetensors", blocking=blocking, **options))
+def test_save_as_safetensors_refuses_bad_options(tmp_path, options, save):
+    _raises_and_writes_nothing(tmp_path, lambda: save(ARRAYS, tmp_path / "a.safetensors", **options))
 
 
 @pytest.mark.parametrize("options", BAD_SAFETENSORS_WRITER_OPTIONS.values(), ids=BAD_SAFETENSORS_WRITER_OPTIONS)
@@ -176,7 +175,7 @@ TYPOS = {"compresion": "compression", "compression_levl": "compression_level", "
 def _savers():
     yield "ls.save", lambda p, **kw: ls.save(ARRAYS, p / "a.lzy", **kw)
     yield "ls.save safetensors", lambda p, **kw: ls.save(ARRAYS, p / "a.safetensors", **kw)
-    yield "ls.save background", lambda p, **kw: ls.save(ARRAYS, p / "a.lzy", blocking=False, **kw)
+    yield "ls.save_async", lambda p, **kw: ls.save_async(ARRAYS, p / "a.lzy", **kw)
     yield "numpy.save_file", lambda p, **kw: ls_numpy.save_file(ARRAYS, p / "a.lzy", **kw)
     yield "numpy.save", lambda p, **kw: ls_numpy.save(ARRAYS, **kw)
     try:

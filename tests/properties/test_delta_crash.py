@@ -36,7 +36,7 @@ SAVER = textwrap.dedent(
     step = start
     while True:
         step += 1
-        mgr.save(step, state(step), metrics={"step": step}, blocking=mode == "blocking")
+        (mgr.save if mode == "blocking" else mgr.save_async)(step, state(step), metrics={"step": step})
     """
 )
 

@@ -126,6 +126,6 @@ def test_a_default_device_set_by_the_caller_changes_nothing(tmp_path):
         assert on_gpu_equal(lst.load_file(tmp_path / "t.lzy", device="cuda:0"), ref)
         state = {"w": torch.arange(1000.0)}  # made on the GPU by the default device
         mgr = ls.CheckpointManager(tmp_path / "ck")
-        mgr.save(1, state, blocking=False).result(timeout=60)
+        mgr.save_async(1, state).result(timeout=60)
         mgr.close()
     assert same(ls.load(mgr.path(1))["w"], torch.arange(1000.0))

@@ -1,4 +1,4 @@
-"""Background saves (``blocking=False``): snapshot semantics, one save in
+"""Background saves (``save_async``): snapshot semantics, one save in
 flight, errors never swallowed, readers see only durable checkpoints, buffers
 reused.
 
@@ -92,7 +92,7 @@ def test_state_changed_right_after_save_returns_is_saved_as_it_was(tmp_path, gat
     g = gate("before")
     with ls.CheckpointManager(tmp_path) as mgr:
         s = state(1)
-        future = mgr.save(1, s, metrics={"loss": 0.5}, blocking=False)
+        future = mgr.save_async(1, s, metrics={"loss": 0.5})
         assert isinstance(future, Future) and not future.done()
         mutate(s)  # the write has not started: only a snapshot can keep the old values
         g.open()
@@ -105,7 +105,7 @@ def test_state_changed_right_after_save_returns_is_saved_as_it_was(tmp_path, gat
 def test_ls_save_in_the_background_saves_the_state_as_it_was(tmp_path, gate):
     g = gate("before")
     s = state(2)
-    future = ls.save(s, tmp_path / "ck.lzy", compression="zstd", metadata={"run": "a"}, blocking=False)
+    future = ls.save_async(s, tmp_path / "ck.lzy", compression="zstd", metadata={"run": "a"})
     mutate(s)
     g.open()
     assert future.result(timeout=60) == tmp_path / "ck.lzy"
@@ -118,7 +118,7 @@ def test_flat_mappings_and_views_are_snapshotted_too(tmp_path, gate):
     g = gate("before")
     flat = {"a": np.arange(10, dtype=">i4"), "b": np.float32(3), "c": np.ones((3, 4))[:, ::2]}
     expected = {k: np.array(v) for k, v in flat.items()}
-    future = ls.save(flat, tmp_path / "flat.lzy", blocking=False)
+    future = ls.save_async(flat, tmp_path / "flat.lzy")
     flat["a"][:] = 0
     flat["c"][:] = 0
     g.open()
@@ -129,7 +129,7 @@ def test_flat_mappings_and_views_are_snapshotted_too(tmp_path, gate):
         assert np.array_equal(loaded[k], v) and loaded[k].dtype == v.dtype.newbyteorder("<")
     # An open checkpoint is a flat mapping too: copied while it is open.
     with ls.open(tmp_path / "flat.lzy") as ck:
-        copy = ls.save(ck, tmp_path / "copy.lzy", blocking=False)
+        copy = ls.save_async(ck, tmp_path / "copy.lzy")
     copy.result(timeout=60)
     assert ls.load(tmp_path / "copy.lzy").keys() == expected.keys()
 
@@ -155,9 +155,9 @@ def test_a_blocking_save_writes_the_callers_own_tensors(tmp_path, gate):
 def test_bad_state_raises_at_call_time_and_nothing_is_written(tmp_path, bad):
     mgr = ls.CheckpointManager(tmp_path / "m")
     with pytest.raises(ls.InvalidInputError):
-        mgr.save(1, bad, blocking=False)
+        mgr.save_async(1, bad)
     with pytest.raises(ls.InvalidInputError):
-        ls.save(bad, tmp_path / "x.lzy", blocking=False)
+        ls.save_async(bad, tmp_path / "x.lzy")
     mgr.wait()
     assert os.listdir(tmp_path / "m") == [] and not (tmp_path / "x.lzy").exists()
 
@@ -165,13 +165,13 @@ def test_bad_state_raises_at_call_time_and_nothing_is_written(tmp_path, bad):
 def test_bad_options_raise_at_call_time(tmp_path):
     s = {"w": np.zeros(3)}
     with pytest.raises(ls.InvalidInputError, match="metadata"):
-        ls.save(s, tmp_path / "x.lzy", metadata={"bad": float("nan")}, blocking=False)
+        ls.save_async(s, tmp_path / "x.lzy", metadata={"bad": float("nan")})
     with pytest.raises(ls.InvalidInputError, match="alignment"):
-        ls.save(s, tmp_path / "x.lzy", alignment=3, blocking=False)
+        ls.save_async(s, tmp_path / "x.lzy", alignment=3)
     with pytest.raises(ls.InvalidInputError):
-        ls.CheckpointManager(tmp_path / "m", compression="no-such-codec").save(1, s, blocking=False)
+        ls.CheckpointManager(tmp_path / "m", compression="no-such-codec").save_async(1, s)
     with pytest.raises(ls.InvalidInputError, match="step"):
-        ls.CheckpointManager(tmp_path / "m").save(-1, s, blocking=False)
+        ls.CheckpointManager(tmp_path / "m").save_async(-1, s)
     assert sorted(os.listdir(tmp_path)) == ["m"] and os.listdir(tmp_path / "m") == []
 
 
@@ -184,11 +184,11 @@ def test_a_snapshot_that_fails_leaves_nothing_behind(tmp_path, monkeypatch):
 
     monkeypatch.setattr(background, "snapshot", out_of_memory)
     with pytest.raises(MemoryError):
-        mgr.save(1, state(5), blocking=False)
+        mgr.save_async(1, state(5))
     assert mgr.steps() == [1] and sorted(os.listdir(tmp_path)) == [LOCK_NAME, mgr.path(1).name]  # the partial went
     same_tree(state(1), mgr.restore(1))  # the old step 1 is still listed and whole
     monkeypatch.undo()
-    mgr.save(2, state(2), blocking=False).result(timeout=60)
+    mgr.save_async(2, state(2)).result(timeout=60)
     assert mgr.steps() == [1, 2]
 
 
@@ -199,13 +199,13 @@ def test_a_snapshot_that_fails_leaves_nothing_behind(tmp_path, monkeypatch):
 def test_a_second_save_waits_for_the_one_in_flight(tmp_path, gate):
     g = gate("before")
     mgr = ls.CheckpointManager(tmp_path)
-    first = mgr.save(1, state(1), blocking=False)
+    first = mgr.save_async(1, state(1))
     assert g.entered.wait(30)
     returned = threading.Event()
     second: list = []
 
     def save_again():
-        second.append(mgr.save(2, state(2), blocking=False))
+        second.append(mgr.save_async(2, state(2)))
         returned.set()
 
     t = threading.Thread(target=save_again)
@@ -223,7 +223,7 @@ def test_readers_see_only_durable_checkpoints_and_retention_waits(tmp_path, gate
     mgr = ls.CheckpointManager(tmp_path, keep_last=1)
     mgr.save(1, state(1))
     g = gate("after")
-    future = mgr.save(2, state(2), blocking=False)
+    future = mgr.save_async(2, state(2))
     assert g.entered.wait(30)
     # The new file is renamed into place, but its save has not finished: not
     # listed yet, and the old checkpoint is still there (retention runs after).
@@ -241,11 +241,11 @@ def test_readers_see_only_durable_checkpoints_and_retention_waits(tmp_path, gate
 def test_the_manager_is_a_context_manager_that_waits(tmp_path, gate):
     g = gate("before")
     with ls.CheckpointManager(tmp_path) as mgr:
-        future = mgr.save(7, state(7), blocking=False)
+        future = mgr.save_async(7, state(7))
         g.open()
     assert future.done() and mgr.steps() == [7]
     # Closed, still usable: the worker and the buffers come back.
-    mgr.save(8, state(8), blocking=False).result(timeout=60)
+    mgr.save_async(8, state(8)).result(timeout=60)
     mgr.close()
     assert mgr.steps() == [7, 8]
 
@@ -256,7 +256,7 @@ def test_the_manager_is_a_context_manager_that_waits(tmp_path, gate):
 def _failing_save(mgr, step, s):
     """A background save whose first os.write fails; returns its future, done."""
     with SyscallFaults(fail_at=1, errno=errno.ENOSPC, calls=("write",)):
-        future = mgr.save(step, s, blocking=False)
+        future = mgr.save_async(step, s)
         wait_all([future], timeout=60)  # not result(): that would report the error
     assert future.done()
     return future
@@ -274,7 +274,7 @@ def test_a_background_failure_is_reported_once_and_the_manager_stays_usable(tmp_
     mgr.save(1, state(1))
     future = _failing_save(mgr, 2, state(2))
     report = {
-        "next save": lambda: mgr.save(3, state(3), blocking=False),
+        "next save": lambda: mgr.save_async(3, state(3)),
         "blocking save": lambda: mgr.save(3, state(3)),
         "wait": mgr.wait,
         "close": mgr.close,
@@ -291,8 +291,8 @@ def test_a_background_failure_is_reported_once_and_the_manager_stays_usable(tmp_
     mgr.wait()
     mgr.close()
     # Usable: the next saves work, in the background too.
-    mgr.save(3, state(3), blocking=False)
-    mgr.save(4, state(4), blocking=False).result(timeout=60)
+    mgr.save_async(3, state(3))
+    mgr.save_async(4, state(4)).result(timeout=60)
     assert mgr.steps() == [3, 4] and _only_checkpoints(mgr)
     same_tree(state(4), mgr.restore())
 
@@ -300,12 +300,12 @@ def test_a_background_failure_is_reported_once_and_the_manager_stays_usable(tmp_
 def test_ls_save_failure_reaches_the_next_ls_save(tmp_path):
     ls.save({"w": np.zeros(4)}, tmp_path / "ck.lzy")
     with SyscallFaults(fail_at=1, errno=errno.EIO, calls=("fsync",)):
-        future = ls.save({"w": np.ones(4)}, tmp_path / "ck.lzy", blocking=False)
+        future = ls.save_async({"w": np.ones(4)}, tmp_path / "ck.lzy")
         wait_all([future], timeout=60)
     with pytest.raises(OSError, match="injected"):
-        ls.save({"w": np.full(4, 2.0)}, tmp_path / "ck.lzy", blocking=False)
+        ls.save_async({"w": np.full(4, 2.0)}, tmp_path / "ck.lzy")
     assert np.array_equal(ls.load(tmp_path / "ck.lzy")["w"], np.zeros(4))  # the old one, intact
-    ls.save({"w": np.full(4, 3.0)}, tmp_path / "ck.lzy", blocking=False).result(timeout=60)
+    ls.save_async({"w": np.full(4, 3.0)}, tmp_path / "ck.lzy").result(timeout=60)
     assert np.array_equal(ls.load(tmp_path / "ck.lzy")["w"], np.full(4, 3.0))
     assert os.listdir(tmp_path) == ["ck.lzy"]
 
@@ -350,7 +350,7 @@ def test_snapshot_buffers_are_reused_from_save_to_save(tmp_path, gate):
     mgr = ls.CheckpointManager(tmp_path, keep_last=1)
     s = state(1)
     for step in range(1, 4):
-        mgr.save(step, s, blocking=False)
+        mgr.save_async(step, s)
         mutate(s)
     mgr.wait()
     first, *later = [_addresses(leaves) for leaves in g.seen]
@@ -359,7 +359,7 @@ def test_snapshot_buffers_are_reused_from_save_to_save(tmp_path, gate):
     # A new shape gets a new buffer; a key that went away lets its buffer go.
     s["model"]["w"] = torch.zeros(3)
     del s["opt"]["moments"]
-    mgr.save(9, s, blocking=False)
+    mgr.save_async(9, s)
     mgr.close()
     last = _addresses(g.seen[-1])
     assert "opt/moments/0" not in last and last["model/b"] == first["model/b"]
@@ -371,12 +371,12 @@ def test_gpu_tensors_are_copied_into_a_pinned_pool(tmp_path, gate):
     g = gate("before")
     s = {"w": torch.arange(1 << 20, dtype=torch.float32, device="cuda"), "step": 1}
     mgr = ls.CheckpointManager(tmp_path)
-    future = mgr.save(1, s, blocking=False)
+    future = mgr.save_async(1, s)
     s["w"].zero_()
     g.open()
     future.result(timeout=60)
     assert torch.equal(mgr.restore(1)["w"], torch.arange(1 << 20, dtype=torch.float32))
-    mgr.save(2, s, blocking=False).result(timeout=60)
+    mgr.save_async(2, s).result(timeout=60)
     assert _addresses(g.seen[0]) == _addresses(g.seen[1])  # the pinned buffer, reused
     held = mgr._saver._buffers._held["w"]
     assert held.is_pinned()

@@ -14,7 +14,7 @@ import torch
 
 import lazystore as ls
 from lazystore.testing.strategies import same_tree
-from lazystore.training.manager import MANAGER_KEY
+from lazystore.training.entries import MANAGER_KEY
 from lazystore.training.saver_lock import LOCK_NAME
 from lazystore.training.step_files import checkpoint_name
 

@@ -167,7 +167,7 @@ def test_a_manager_without_delta_still_keeps_the_bases_its_checkpoints_need(tmp_
 @pytest.mark.slow
 def test_background_saves_with_delta(tmp_path):
     with ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keyframe_every=3, keep_last=3) as mgr:
-        futures = [mgr.save(step, state(step), blocking=False) for step in range(1, 8)]
+        futures = [mgr.save_async(step, state(step)) for step in range(1, 8)]
         for f in futures:
             f.result()
     check_folder(mgr)

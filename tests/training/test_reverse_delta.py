@@ -1,6 +1,6 @@
 """CheckpointManager(delta=True) keeps the newest checkpoint whole and codes
 the one before it against it once the save is durable
-(lazystore/training/reverse.py): in the background with blocking=False, a
+(lazystore/training/reverse.py): in the background with save_async, a
 failure costing bytes only, a crash between the two leaving two whole
 files, and folders of format 1.2 forward deltas migrated first."""
 
@@ -49,7 +49,7 @@ def test_background_saves_code_the_previous_checkpoint_on_the_worker(tmp_path, m
     monkeypatch.setattr(reverse, "after_save", recording)
     with ls.CheckpointManager(tmp_path, delta=True, compression="zstd", keep_last=4) as mgr:
         # Back to back: each save waits for the one in flight, its rewrite included.
-        futures = [mgr.save(step, moving(step), blocking=False) for step in range(1, 7)]
+        futures = [mgr.save_async(step, moving(step)) for step in range(1, 7)]
         assert [f.result() for f in futures] == [mgr.path(s) for s in range(1, 7)]
     # close() waited for the last rewrite: the shape is complete.
     assert threads and all(name.startswith("lazystore-save") for name in threads), threads
@@ -63,16 +63,15 @@ class _DiskFull(writer_module.Writer):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("blocking", [True, False])
+@pytest.mark.parametrize("in_background", [False, True], ids=["save", "save_async"])
 def test_a_failed_rewrite_leaves_the_previous_checkpoint_whole_and_the_save_succeeds(
-        tmp_path, monkeypatch, caplog, blocking):
+        tmp_path, monkeypatch, caplog, in_background):
     mgr = ls.CheckpointManager(tmp_path, delta=True, compression="zstd")
     mgr.save(1, state(1))
     before = mgr.path(1).read_bytes()
     monkeypatch.setattr("lazystore.training.rebasing.Writer", _DiskFull)
     with caplog.at_level(logging.WARNING, logger="lazystore"):
-        result = mgr.save(2, state(2), blocking=blocking)
-        path = result if blocking else result.result()
+        path = mgr.save_async(2, state(2)).result() if in_background else mgr.save(2, state(2))
     assert path == mgr.path(2)
     assert mgr.path(1).read_bytes() == before  # whole, as it was
     assert any("stays whole" in r.getMessage() and "No space left" in r.getMessage() for r in caplog.records)
