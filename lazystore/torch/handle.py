@@ -28,7 +28,7 @@ from lazystore.torch import files, slice_rules
 if TYPE_CHECKING:
     import torch
 
-    from lazystore.views.arrays import TensorSlice
+    from lazystore.views.base import TensorSlice
 
 # safetensors' spellings of the frameworks lazystore gives tensors for.
 FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
