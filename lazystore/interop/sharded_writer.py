@@ -46,8 +46,9 @@ from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.interop.sharded import INDEX_FORMAT, INDEX_NAME, INDEX_VERSION, SHARD_KEY, read_index_json
 from lazystore.sinks import fsync_dir, open_sink
 from lazystore.sinks.partials import folder_lock, remove_stale_held
+from lazystore.writing.checks import check_metadata, check_options
 from lazystore.writing.interface import TensorWriter
-from lazystore.writing.writer import Writer, check_metadata, check_options
+from lazystore.writing.writer import Writer
 
 STAGING_PREFIX = ".lazystore-save-"
 STAGING_NAME = re.compile(re.escape(STAGING_PREFIX) + r"(?P<id>[0-9a-f]{32})")
