@@ -14,7 +14,7 @@ same way, with range requests: see :class:`~lazystore.sources.fsspec.FsspecSourc
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import cast
 
@@ -154,7 +154,7 @@ class CheckpointView(ViewBase):
         self._table = index.keys
         self._whole = True  # of the whole file, not a selection
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         names = super().__iter__()
         keys = self._file.index.keys
         if self._table is keys:
