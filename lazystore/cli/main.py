@@ -188,7 +188,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
+    """Run the command line.
+
+    Expected errors print one line on stderr, never a traceback: every
+    failure becomes an exit code.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments, without the program name (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit code: 0 success (``verify``: intact; ``diff``: same), 1
+        ``verify``: corrupt, ``diff``: different, ``ls``: no tensor matches
+        the glob; 2 usage errors and unreadable input; 130 interrupted; 141
+        when the reader of standard output went away.
+    """
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

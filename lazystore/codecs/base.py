@@ -18,7 +18,18 @@ class CodecBase(ABC):
     name: ClassVar[str | None]
 
     def planes_for(self, itemsize: int) -> int:
-        """The byte planes recorded in the index for elements of ``itemsize`` bytes."""
+        """The byte planes recorded in the index for elements of ``itemsize`` bytes.
+
+        Parameters
+        ----------
+        itemsize : int
+            The size of one element, in bytes.
+
+        Returns
+        -------
+        int
+            The plane count: 1 for codecs that do not split bytes.
+        """
         return 1
 
 
@@ -31,24 +42,91 @@ class Codec(CodecBase):
     """
 
     @abstractmethod
-    def encode(self, chunk: np.ndarray, planes: int, is_float: bool):
-        """Stored bytes for ``chunk`` (a 1-D uint8 array); ``is_float`` lets
-        a codec tune itself to float data."""
+    def encode(self, chunk: np.ndarray, planes: int, is_float: bool) -> bytes | np.ndarray:
+        """The stored bytes of one chunk.
+
+        Parameters
+        ----------
+        chunk : numpy.ndarray
+            The chunk's decoded bytes, a 1-D uint8 array.
+        planes : int
+            The byte-plane count recorded in the index (see :meth:`planes_for`).
+        is_float : bool
+            Whether the elements are floats: a codec may tune itself to them.
+
+        Returns
+        -------
+        bytes or numpy.ndarray
+            What the file stores for the chunk (a raw codec's is ``chunk`` itself).
+        """
 
     @abstractmethod
-    def decode_into(self, stored, out: np.ndarray, planes: int) -> None:
-        """Decode ``stored`` into ``out`` (a 1-D uint8 array of the chunk's size)."""
+    def decode_into(self, stored: bytes | memoryview | np.ndarray, out: np.ndarray, planes: int) -> None:
+        """Decode a chunk's stored bytes into a caller's buffer.
+
+        Parameters
+        ----------
+        stored : bytes, memoryview or numpy.ndarray
+            The chunk's stored bytes, as :meth:`encode` returned them.
+        out : numpy.ndarray
+            A 1-D uint8 array of the chunk's decoded size, filled exactly.
+        planes : int
+            The byte-plane count the index records for the chunk.
+
+        Raises
+        ------
+        FormatError
+            ``stored`` is malformed, or does not decode to ``len(out)`` bytes.
+        """
 
 
 class DeltaCodec(CodecBase):
-    """A chunk stored as its difference from the base file's chunk: coded
-    against the base's decoded bytes, and decoded onto them."""
+    """A chunk stored as its difference from the base file's chunk.
+
+    Coded against the base's decoded bytes, and decoded onto them.
+    """
 
     @abstractmethod
-    def encode_delta(self, chunk: np.ndarray, base: np.ndarray, planes: int, word: int, is_float: bool):
-        """Stored bytes for ``chunk`` against ``base`` (both 1-D uint8, the same length)."""
+    def encode_delta(self, chunk: np.ndarray, base: np.ndarray, planes: int, word: int, is_float: bool) -> bytes:
+        """The stored bytes of one chunk, against the base's bytes of the same chunk.
+
+        Parameters
+        ----------
+        chunk : numpy.ndarray
+            The chunk's decoded bytes, a 1-D uint8 array.
+        base : numpy.ndarray
+            The base's decoded bytes of the chunk, 1-D uint8 of the same length.
+        planes : int
+            The byte-plane count recorded in the index.
+        word : int
+            The integer width, in bytes, the difference is taken over.
+        is_float : bool
+            Whether the elements are floats: a codec may tune itself to them.
+
+        Returns
+        -------
+        bytes
+            What the file stores for the chunk (empty when it equals the base's).
+        """
 
     @abstractmethod
-    def add_into(self, stored, out: np.ndarray, planes: int, word: int) -> None:
-        """Turn ``out``, holding the base's decoded bytes of the chunk, into
-        the chunk's own decoded bytes; FormatError for malformed input."""
+    def add_into(self, stored: bytes | memoryview | np.ndarray, out: np.ndarray, planes: int, word: int) -> None:
+        """Turn the base's decoded bytes of a chunk into the chunk's own.
+
+        Parameters
+        ----------
+        stored : bytes, memoryview or numpy.ndarray
+            The chunk's stored bytes, as :meth:`encode_delta` returned them.
+        out : numpy.ndarray
+            A 1-D uint8 array holding the base's decoded bytes of the chunk,
+            overwritten with the chunk's.
+        planes : int
+            The byte-plane count the index records for the chunk.
+        word : int
+            The integer width, in bytes, the difference was taken over.
+
+        Raises
+        ------
+        FormatError
+            ``stored`` is malformed, or ``out`` is not whole words.
+        """

@@ -73,6 +73,14 @@ def add_zigzag_into(out: np.ndarray, zigzag: np.ndarray, word: int) -> None:
 
 @dataclass(frozen=True)
 class DeltaPlanes(DeltaCodec):
+    """Codec 2 (format 1.2): the zigzag difference from the base's chunk, stored as codec 1 stores a chunk.
+
+    Parameters
+    ----------
+    level : int or None, optional
+        The zstd level, as :class:`ZstdPlanes`'s: None tunes it per dtype.
+    """
+
     level: int | None = None  # as ZstdPlanes: None tunes the zstd setting per dtype
 
     id = 2
@@ -81,16 +89,12 @@ class DeltaPlanes(DeltaCodec):
     def planes_for(self, itemsize: int) -> int:
         return itemsize
 
-    def encode_delta(self, chunk: np.ndarray, base: np.ndarray, planes: int, word: int, is_float: bool):
-        """Stored bytes for ``chunk`` against the base's bytes of the same
-        chunk (both 1-D uint8): empty when they are equal."""
+    def encode_delta(self, chunk: np.ndarray, base: np.ndarray, planes: int, word: int, is_float: bool) -> bytes:
         if np.array_equal(chunk, base):
             return b""
         return ZstdPlanes(self.level).encode(zigzag_difference(chunk, base, word), planes, is_float)
 
-    def add_into(self, stored, out: np.ndarray, planes: int, word: int) -> None:
-        """Turn ``out``, holding the base's decoded bytes of the chunk, into
-        the chunk's own decoded bytes."""
+    def add_into(self, stored: bytes | memoryview | np.ndarray, out: np.ndarray, planes: int, word: int) -> None:
         if not len(stored):
             return  # unchanged: the base's bytes are the chunk's
         if len(out) % word:
@@ -106,9 +110,16 @@ class DeltaPlanes(DeltaCodec):
 
 @dataclass(frozen=True)
 class ContentDeltaPlanes(DeltaPlanes):
-    """Codec 3 (format 1.3): codec 2's stored bytes, against a base identified
-    by the content of its chunks (each chunk record holds the xxh3 of the
-    base chunk's decoded bytes) rather than by its index checksum."""
+    """Codec 3 (format 1.3): codec 2's stored bytes, against a base identified by its chunks' content.
+
+    Each chunk record holds the xxh3 of the base chunk's decoded bytes,
+    rather than the file recording its base's index checksum.
+
+    Parameters
+    ----------
+    level : int or None, optional
+        The zstd level, as :class:`ZstdPlanes`'s: None tunes it per dtype.
+    """
 
     id = 3
 

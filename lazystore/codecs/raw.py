@@ -11,10 +11,10 @@ class Raw(Codec):
     id = 0
     name = None
 
-    def encode(self, chunk: np.ndarray, planes: int, is_float: bool):
+    def encode(self, chunk: np.ndarray, planes: int, is_float: bool) -> np.ndarray:
         return chunk
 
-    def decode_into(self, stored, out: np.ndarray, planes: int) -> None:
+    def decode_into(self, stored: bytes | memoryview | np.ndarray, out: np.ndarray, planes: int) -> None:
         out[:] = np.frombuffer(stored, dtype=np.uint8)
 
 

@@ -13,11 +13,29 @@ CODECS_BY_ID: dict[int, CodecBase] = {RAW.id: RAW, ZstdPlanes.id: ZstdPlanes(), 
                                   ContentDeltaPlanes.id: ContentDeltaPlanes(), **SEALED_CODECS}
 
 
-def codec_for(compression, level: int | None = None) -> Codec:
-    """The codec for a ``compression=`` argument: None, "zstd", or a Codec.
+def codec_for(compression: str | Codec | None, level: int | None = None) -> Codec:
+    """The codec for a ``compression=`` argument.
 
     ``level`` is checked whatever the compression: a writer's per-tensor
-    ``compression="zstd"`` would use it later, after bytes were written."""
+    ``compression="zstd"`` would use it later, after bytes were written.
+
+    Parameters
+    ----------
+    compression : str, Codec or None
+        None (or "none"), "zstd", or a Codec, returned as it is.
+    level : int or None, optional
+        The zstd level; None tunes it per dtype.
+
+    Returns
+    -------
+    Codec
+        The codec.
+
+    Raises
+    ------
+    InvalidInputError
+        An unknown ``compression``, or a ``level`` that is not zstd's.
+    """
     check_level(level)
     if compression is None or compression == "none":
         return RAW

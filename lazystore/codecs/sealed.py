@@ -50,6 +50,7 @@ SEALED_CODECS: dict[int, Sealed] = {c.id: c for c in (SealedRaw(), SealedZstd())
 SEALED_CODEC_IDS = frozenset(SEALED_CODECS)
 
 
-def sealed_codec_of(inner: Codec) -> Sealed:
-    """The sealed codec of the codec a chunk was encoded with."""
+def sealed_codec_of(inner: CodecBase) -> Sealed:
+    """The sealed codec of the codec a chunk was encoded with (raw or zstd:
+    sealed deltas are not defined, and a writer that encrypts has no base)."""
     return SEALED_CODECS[SEALED_BASE + inner.id]

@@ -76,18 +76,32 @@ def _compressor(setting) -> zstandard.ZstdCompressor:
 
 @dataclass(frozen=True)
 class ZstdPlanes(Codec):
+    """Codec 1: zstd over byte planes, each plane stored raw when zstd cannot shrink it.
+
+    Parameters
+    ----------
+    level : int or None, optional
+        A zstd level (negative "fast" levels to 22); None tunes the setting
+        per dtype (float planes get a setting of their own).
+
+    Raises
+    ------
+    InvalidInputError
+        ``level`` is not one of zstd's levels.
+    """
+
     level: int | None = None  # None: tuned per dtype (see FLOAT_PLANE_PARAMS)
 
     id = 1
     name = "zstd"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_level(self.level)
 
     def planes_for(self, itemsize: int) -> int:
         return itemsize
 
-    def encode(self, chunk: np.ndarray, planes: int, is_float: bool):
+    def encode(self, chunk: np.ndarray, planes: int, is_float: bool) -> bytes:
         grouped = chunk.reshape(-1, planes).T if planes > 1 else chunk.reshape(1, -1)
         setting = self.level if self.level is not None else "float-planes" if is_float else DEFAULT_LEVEL
         cctx = _compressor(setting)
@@ -101,17 +115,37 @@ class ZstdPlanes(Codec):
         header = np.array([len(memoryview(s).cast("B")) for s in stored], dtype="<u4")
         return b"".join([header.tobytes(), *stored])
 
-    def decode_into(self, stored, out: np.ndarray, planes: int) -> None:
+    def decode_into(self, stored: bytes | memoryview | np.ndarray, out: np.ndarray, planes: int) -> None:
         decoded = self.decode_planes(stored, out, planes)
         if planes == 1:
             out[:] = np.frombuffer(decoded[0], dtype=np.uint8)
         else:
             unshuffle_into(decoded, out)
 
-    def decode_planes(self, stored, out: np.ndarray, planes: int) -> list:
-        """The chunk's planes, each ``len(out) // planes`` bytes (raw ones
-        not copied), checked against the chunk's layout."""
-        stored = memoryview(stored)
+    def decode_planes(self, stored: bytes | memoryview | np.ndarray, out: np.ndarray,
+                      planes: int) -> list[bytes | memoryview]:
+        """The decoded planes of a chunk, checked against the chunk's layout.
+
+        Parameters
+        ----------
+        stored : bytes, memoryview or numpy.ndarray
+            The chunk's stored bytes.
+        out : numpy.ndarray
+            The 1-D uint8 buffer the chunk decodes into (only its length is used).
+        planes : int
+            The byte-plane count the index records for the chunk.
+
+        Returns
+        -------
+        list of bytes or memoryview
+            The planes, each ``len(out) // planes`` bytes (raw ones not copied).
+
+        Raises
+        ------
+        FormatError
+            The plane lengths do not add up, or a plane is malformed.
+        """
+        stored = memoryview(stored.data if isinstance(stored, np.ndarray) else stored)
         need(stored, 4 * planes, "chunk plane header")
         lengths = np.frombuffer(stored[: 4 * planes], dtype="<u4").tolist()
         if 4 * planes + sum(lengths) != len(stored):
@@ -126,7 +160,7 @@ class ZstdPlanes(Codec):
         return decoded
 
 
-def _decode_plane(blob: memoryview, plane_len: int):
+def _decode_plane(blob: memoryview, plane_len: int) -> bytes | memoryview:
     """Plane bytes: the stored ones (raw) or zstd's (checked), not copied."""
     if len(blob) == plane_len:
         return blob

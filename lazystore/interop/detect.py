@@ -26,10 +26,10 @@ from lazystore._native.locate import read_index, read_tail
 from lazystore.errors import FormatError
 from lazystore.interop import safetensors
 from lazystore.sources import open_source
-from lazystore.views.checkpoint import CheckpointView
+from lazystore.views.checkpoint import CheckpointView, IndexReader
 
 
-def sniff(source) -> tuple[str, object]:
+def sniff(source) -> tuple[str, IndexReader]:
     """``(format name, index reader)`` for a source, from its first bytes
     (and, remotely, the tail lazystore needs anyway, so that opening a
     lazystore URL still costs one read)."""

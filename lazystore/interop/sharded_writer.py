@@ -32,8 +32,9 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,8 +46,9 @@ from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.interop.sharded import INDEX_FORMAT, INDEX_NAME, INDEX_VERSION, SHARD_KEY, read_index_json
 from lazystore.sinks import fsync_dir, open_sink
 from lazystore.sinks.partials import folder_lock, remove_stale_held
+from lazystore.writing.checks import check_metadata, check_options
 from lazystore.writing.interface import TensorWriter
-from lazystore.writing.writer import Writer, check_metadata, check_options
+from lazystore.writing.writer import Writer
 
 STAGING_PREFIX = ".lazystore-save-"
 STAGING_NAME = re.compile(re.escape(STAGING_PREFIX) + r"(?P<id>[0-9a-f]{32})")
@@ -56,26 +58,68 @@ SHARD_ID_CHARS = 12
 
 
 def shard_name(i: int, n: int, save_id: str) -> str:
+    """The file name a save publishes its ``i``-th shard of ``n`` under.
+
+    Parameters
+    ----------
+    i : int
+        The shard's number, from 1.
+    n : int
+        How many shards the save has.
+    save_id : str
+        The save's id (32 hex digits); the name carries its first 12.
+
+    Returns
+    -------
+    str
+        ``model-<i>-of-<n>-<12 hex>.lzy``.
+    """
     return f"model-{i:05d}-of-{n:05d}-{save_id[:SHARD_ID_CHARS]}.lzy"
 
 
 class ShardedWriter(TensorWriter):
     """Write a lazystore sharded folder, one tensor at a time.
 
-    A shard is closed once the next tensor would take it past
-    ``max_shard_size`` bytes (a tensor larger than that gets a shard of its
-    own). Interface of :class:`~lazystore.Writer`; ``compression``,
-    ``compression_level``, ``alignment``, ``chunk_bytes`` and ``digest``
-    go to each shard's Writer, and are checked here, before the folder is touched;
-    so does ``encryption_key`` (resolved once: each shard is encrypted
-    under its own salt, so no two shards share a chunk key).
+    The interface of :class:`~lazystore.Writer`. The writer options go to
+    each shard's Writer, and are checked here, before the folder is touched.
     One sharded save into a folder at a time is the intended use; two at
     once both succeed, and the later index wins.
+
+    Parameters
+    ----------
+    folder : str or os.PathLike
+        The local folder (made if missing, with its parents).
+    max_shard_size : int, optional
+        A shard is closed once the next tensor would take it past this many
+        bytes (a tensor larger than that gets a shard of its own); default
+        one shard.
+    metadata : Mapping, optional
+        Any JSON object, recorded in the index and in every shard.
+    compression : str, Codec or None, optional
+        As :class:`~lazystore.Writer` takes it.
+    compression_level : int, optional
+        As :class:`~lazystore.Writer` takes it.
+    alignment : int, optional
+        As :class:`~lazystore.Writer` takes it.
+    chunk_bytes : int, optional
+        As :class:`~lazystore.Writer` takes it.
+    digest : str, optional
+        "blake3" or "sha256": chunk digests in every shard.
+    encryption_key : optional
+        Encrypt every shard; resolved once, and each shard is encrypted
+        under its own salt, so no two shards share a chunk key.
+
+    Raises
+    ------
+    InvalidInputError
+        ``folder`` is a file, or an option is not one lazystore accepts.
     """
 
-    def __init__(self, folder, *, max_shard_size: int | None = None, metadata: Mapping | None = None,
-                 compression=None, compression_level: int | None = None, alignment: int = DEFAULT_ALIGNMENT,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, digest: str | None = None, encryption_key=None):
+    def __init__(self, folder: str | os.PathLike[str], *, max_shard_size: int | None = None,
+                 metadata: Mapping[str, Any] | None = None, compression: Any = None,
+                 compression_level: int | None = None, alignment: int = DEFAULT_ALIGNMENT,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, digest: str | None = None,
+                 encryption_key: Any = None) -> None:
         check_options(compression, compression_level, alignment, chunk_bytes)
         digest = crypto_digest.writer_digest(digest)
         encryption_key = resolve_key(encryption_key)
@@ -109,7 +153,25 @@ class ShardedWriter(TensorWriter):
 
     # -- writing ---------------------------------------------------------------
 
-    def add(self, name: str, array, **options) -> None:
+    def add(self, name: str, array: Any, **options: Any) -> None:
+        """Append one tensor, to the shard it belongs to.
+
+        Parameters
+        ----------
+        name : str
+            The tensor's name, new in the checkpoint.
+        array : array_like
+            A numpy array or anything ``np.asarray`` takes.
+        **options
+            As :meth:`lazystore.Writer.add` takes them (``compression``).
+
+        Raises
+        ------
+        ClosedError
+            The writer is closed.
+        InvalidInputError
+            A name that is not a str, or one already added.
+        """
         nbytes = getattr(array, "nbytes", None)
         if nbytes is None:  # lists, scalars: their size is their array's
             array = np.asarray(array)
@@ -117,9 +179,33 @@ class ShardedWriter(TensorWriter):
         self._shard_for(name, nbytes).add(name, array, **options)
         self._added(name, nbytes)
 
-    def add_pieces(self, name: str, pieces, *, dtype, shape, **options) -> None:
-        """As :meth:`lazystore.Writer.add_pieces`: a tensor in pieces, into
-        the shard it belongs to."""
+    def add_pieces(self, name: str, pieces: Iterable[Any], *, dtype: Any, shape: tuple[int, ...],
+                   **options: Any) -> None:
+        """Append one tensor in pieces, to the shard it belongs to.
+
+        As :meth:`lazystore.Writer.add_pieces`.
+
+        Parameters
+        ----------
+        name : str
+            The tensor's name, new in the checkpoint.
+        pieces : iterable of buffers
+            The tensor's C-order bytes, in pieces of any size.
+        dtype : numpy.dtype or str
+            The tensor's dtype.
+        shape : tuple of int
+            The tensor's shape.
+        **options
+            As :meth:`lazystore.Writer.add_pieces` takes them
+            (``compression``).
+
+        Raises
+        ------
+        ClosedError
+            The writer is closed.
+        InvalidInputError
+            A name already added, or pieces that do not add up to the shape.
+        """
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         self._shard_for(name, nbytes).add_pieces(name, pieces, dtype=dtype, shape=shape, **options)
         self._added(name, nbytes)
@@ -245,13 +331,21 @@ def _create_staging(folder: Path, staging: Path) -> int:
 
 
 def remove_unreferenced(folder: Path) -> None:
-    """Remove what no current save needs: dead saves' staging folders, the
-    partial files of dead writers (an index write killed midway: the index's
-    own sink cannot clean up, as the save holds the folder while it
-    publishes), and shard files the folder's index does not name and that
-    belong to no live save. Run when a sharded save starts and when it ends.
-    Skipped when another save is publishing or cleaning up (it, or the next
-    save, cleans up instead); shards are kept when the index cannot be read."""
+    """Remove what no current save of a sharded folder needs.
+
+    Dead saves' staging folders, the partial files of dead writers (an
+    index write killed midway: the index's own sink cannot clean up, as the
+    save holds the folder while it publishes), and shard files the folder's
+    index does not name and that belong to no live save. Run when a sharded
+    save starts and when it ends. Skipped when another save is publishing or
+    cleaning up (it, or the next save, cleans up instead); shards are kept
+    when the index cannot be read. Never raises for a folder it cannot lock.
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        The sharded folder.
+    """
     try:
         with folder_lock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB):
             live = set()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from lazystore._native import layout as fmt
 from lazystore.errors import InvalidInputError
@@ -48,10 +50,32 @@ def record(path, *, need_digests: bool, storage_options=None) -> Recorder:
         return recorder
 
 
-def index_sha256(path, *, storage_options=None) -> str:
-    """The SHA-256 (hex) of a lazystore file's index: what
-    ``ls.open(path, index_sha256=...)`` pins, and what ``lazystore info``
-    prints. Only the file's tail is read."""
+def index_sha256(path: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None) -> str:
+    """The SHA-256 (hex) of a lazystore file's index.
+
+    What ``ls.open(path, index_sha256=...)`` pins, and what ``lazystore
+    info`` prints. Only the file's tail is read.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A lazystore file: a local path or an fsspec URL.
+    storage_options : Mapping, optional
+        Options of the URL's fsspec filesystem; local paths ignore them.
+
+    Returns
+    -------
+    str
+        The index's SHA-256, as 64 hex characters.
+
+    Raises
+    ------
+    InvalidInputError
+        ``path`` is a folder (each shard has its own index), or a file
+        that is not a lazystore file.
+    FormatError
+        The file is not a valid checkpoint.
+    """
     if os.path.isdir(path) if isinstance(path, (str, os.PathLike)) else False:
         raise InvalidInputError(f"{path}: a folder; each shard has its own index")
     return record(path, need_digests=False, storage_options=storage_options).index_sha256

@@ -24,22 +24,46 @@ from lazystore.signing.resources import ignoring, resources_of
 from lazystore.sources import local_path
 
 
-def sign(path, private_key, *, signature=None) -> Path:
-    """Sign the checkpoint at ``path`` (a local lazystore file, or a folder
-    of lazystore shards) with ``private_key`` (a PEM file's path, PEM bytes,
-    or a ``cryptography`` ECDSA P-256/P-384/P-521 or Ed25519 private key; an
-    encrypted PEM's password comes from ``LAZYSTORE_KEY_PASSWORD``).
+def sign(path: str | os.PathLike[str], private_key: object, *,
+         signature: str | os.PathLike[str] | None = None) -> Path:
+    """Sign a checkpoint: write its detached signature (``.sig``).
 
-    Writes the signature to ``signature`` (default ``FILE.sig`` beside a
-    file, ``DIR/model.sig`` in a folder) and returns its path. The file
-    must record chunk digests (``lazystore convert FILE OUT --digest
-    blake3`` adds them); a format 1.2 delta (codec 2) is refused.
+    The file must record chunk digests (``lazystore convert FILE OUT
+    --digest blake3`` adds them); a format 1.2 delta (codec 2) is refused.
 
     Signing reads the index, and the whole file once for the SHA-256 that
     OpenSSF model_signing checks (an ECDSA signature verifies with
     ``model_signing verify key``; an Ed25519 one only with lazystore).
     ECDSA signatures are deterministic: signing the same file with the same
     key gives the same bytes.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A local lazystore file, or a folder of lazystore shards.
+    private_key : str, os.PathLike, bytes or private key
+        A PEM file's path, PEM bytes, or a ``cryptography`` ECDSA
+        P-256/P-384/P-521 or Ed25519 private key; an encrypted PEM's
+        password comes from ``LAZYSTORE_KEY_PASSWORD``.
+    signature : str or os.PathLike, optional
+        Where to write the signature (default ``FILE.sig`` beside a file,
+        ``DIR/model.sig`` in a folder).
+
+    Returns
+    -------
+    pathlib.Path
+        The signature's path.
+
+    Raises
+    ------
+    InvalidInputError
+        ``path`` is not local, records no chunk digests, is a format 1.2
+        delta or a folder that is not a lazystore sharded checkpoint; or the
+        key is not a private key lazystore signs with.
+    FormatError
+        A folder's ``lazystore.index.json`` is corrupt.
+    MissingDependencyError
+        ``cryptography`` is not installed (the ``crypto`` extra).
     """
     key = keys.load_private_key(private_key)
     local = local_path(path)

@@ -17,8 +17,9 @@ only whole-file checking applies to it, and the lazy depth refuses it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from lazystore.errors import InvalidInputError, SignatureError
 from lazystore.interop.folders import open_path
@@ -54,20 +55,45 @@ def check(path, public_key, *, signature=None, lazy: bool = False, whole_files: 
     return bad
 
 
-def verify(path, public_key, *, signature=None, lazy: bool = False, model_signing: bool = False,
-           storage_options=None) -> None:
-    """Check the signature of the checkpoint at ``path`` (a lazystore file,
-    a URL, or a folder of lazystore shards) with ``public_key`` (a PEM
-    file's path, PEM bytes or a ``cryptography`` public key); raise
-    SignatureError if it does not vouch for every byte checked.
+def verify(path: str | os.PathLike[str], public_key: object, *, signature: str | os.PathLike[str] | None = None,
+           lazy: bool = False, model_signing: bool = False, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Check the signature of a checkpoint; raise SignatureError if it does not vouch for every byte checked.
 
-    ``lazy=True`` checks the signature and the index only (reading the
-    file's tail), as ``ls.open(path, public_key=...)`` does; by default
-    every chunk is then checked against its digest, and the padding and
-    preamble too. ``model_signing=True`` also recomputes each file's SHA-256,
-    what OpenSSF model_signing verifies (local checkpoints only). A
-    signature written by model_signing is checked that way (it vouches for
-    whole files only), and refused with ``lazy=True``.
+    By default every chunk is checked against its digest, and the padding
+    and preamble too. A signature written by model_signing is checked by
+    whole files (it vouches for those only), and refused with
+    ``lazy=True``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A lazystore file, a URL, or a folder of lazystore shards.
+    public_key : str, os.PathLike, bytes or public key
+        A PEM file's path, PEM bytes or a ``cryptography`` public key.
+    signature : str or os.PathLike, optional
+        The signature to check (default ``FILE.sig`` beside a file,
+        ``DIR/model.sig`` in a folder).
+    lazy : bool, optional
+        Check the signature and the index only (reading the file's tail),
+        as ``ls.open(path, public_key=...)`` does.
+    model_signing : bool, optional
+        Also recompute each file's SHA-256, what OpenSSF model_signing
+        verifies (local checkpoints only).
+    storage_options : Mapping, optional
+        Options of a URL's fsspec filesystem; local paths ignore them.
+
+    Raises
+    ------
+    SignatureError
+        The signature is missing, forged or made with another key or for
+        another file or index, or tensors do not match their signed
+        digests (the message names them), or (``model_signing=True``) a
+        file's SHA-256 differs.
+    InvalidInputError
+        ``lazy`` and ``model_signing`` together, a key that is not a public
+        key lazystore checks, or whole files asked of a remote checkpoint.
+    MissingDependencyError
+        ``cryptography`` is not installed (the ``crypto`` extra).
     """
     if model_signing and lazy:
         raise InvalidInputError("lazy=True checks the index only; model_signing=True hashes every file: choose one")

@@ -13,24 +13,47 @@ the file on the CPU.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection, Mapping
 from itertools import chain
+from typing import IO, TYPE_CHECKING, Any
 
 from lazystore._core import ties
 from lazystore.errors import StateDictMismatchError
 from lazystore.interop import targets
 from lazystore.torch import files
 
+if TYPE_CHECKING:
+    import torch
 
-def save_model(model, filename, metadata: Mapping | None = None, force_contiguous: bool = True,
-               **options) -> None:
+
+def save_model(model: torch.nn.Module, filename: str | os.PathLike[str] | IO[bytes],
+               metadata: Mapping[str, Any] | None = None, force_contiguous: bool = True, **options: Any) -> None:
     """Save ``model.state_dict()`` to ``filename``; tied tensors once.
 
     As safetensors does, each name stored as another's alias is also noted in
     the metadata (``{"b.weight": "a.weight"}``) unless the metadata already
-    has that key. ``force_contiguous`` is accepted for compatibility: every
-    tensor is saved as its values, contiguous or not. ``options`` are
-    :func:`~lazystore.torch.save_file`'s.
+    has that key.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model whose state dict is saved.
+    filename : str, os.PathLike or binary file object
+        Where to write, as :func:`~lazystore.torch.save_file` takes it.
+    metadata : Mapping, optional
+        Any JSON object.
+    force_contiguous : bool, optional
+        Accepted for compatibility: every tensor is saved as its values,
+        contiguous or not.
+    **options
+        :func:`~lazystore.torch.save_file`'s writer options.
+
+    Raises
+    ------
+    InvalidInputError
+        A tensor cannot be stored, an option is unknown, or ``filename`` is
+        a folder.
     """
     del force_contiguous  # nothing to force: non-contiguous tensors are saved as they are
     state = model.state_dict()
@@ -44,20 +67,46 @@ def save_model(model, filename, metadata: Mapping | None = None, force_contiguou
     files.write(state, filename, metadata, options)
 
 
-def load_model(model, filename, strict: bool = True, device="cpu", *, backend: str = "mmap", verify: bool = True,
-               encryption_key=None) -> tuple[set[str], list[str]]:
-    """Load ``filename`` into ``model``; ``(missing, unexpected)`` names.
+def load_model(model: torch.nn.Module, filename: str | os.PathLike[str], strict: bool = True,
+               device: str | int | torch.device = "cpu", *, backend: str = "mmap", verify: bool = True,
+               encryption_key: Any = None) -> tuple[set[str], list[str]]:
+    """Load ``filename`` into ``model``.
 
-    ``missing`` is the set of the model's names the file did not provide,
-    ``unexpected`` the list of the file's names the model did not use (a set
-    and a list, as safetensors returns them). With ``strict``, either raises
-    :class:`StateDictMismatchError` naming them. ``device`` is where the
-    tensors are read to (see :func:`~lazystore.torch.load_file`); a model
-    whose parameters are on the meta device gets those tensors assigned.
-    The file's tensors are checked before any reaches the model (a damaged
-    one raises ``ls.ChecksumError`` and leaves the model as it was), unless
-    ``verify=False``. ``encryption_key`` reads an encrypted file, as
-    ``ls.open`` does.
+    A model whose parameters are on the meta device gets the loaded tensors
+    assigned. The file's tensors are checked before any reaches the model
+    (a damaged one leaves the model as it was), unless ``verify=False``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model to load into.
+    filename : str or os.PathLike
+        A local path or an fsspec URL: anything ``ls.open`` opens.
+    strict : bool, optional
+        Raise if a name is missing or unexpected.
+    device : str, int or torch.device, optional
+        Where the tensors are read to (see :func:`~lazystore.torch.load_file`).
+    backend : str, optional
+        safetensors' I/O strategy: accepted, and lazystore chooses its own.
+    verify : bool, optional
+        Check the tensors against their checksums first.
+    encryption_key : optional
+        The key of an encrypted file, as ``ls.open`` takes it.
+
+    Returns
+    -------
+    missing : set of str
+        The model's names the file did not provide.
+    unexpected : list of str
+        The file's names the model did not use (a set and a list, as
+        safetensors returns them).
+
+    Raises
+    ------
+    StateDictMismatchError
+        With ``strict``, names missing or unexpected (the message names them).
+    ChecksumError
+        A tensor is damaged.
     """
     state = files.load_file(filename, device=device, backend=backend, verify=verify, encryption_key=encryption_key)
     groups = ties.model_ties(model)

@@ -13,8 +13,9 @@ one suite against every kind.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -414,7 +415,8 @@ class TensorSlice:
 
     __slots__ = ("_read", "_view", "dtype", "name", "shape")
 
-    def __init__(self, view: ViewBase, name: str, dtype: np.dtype, shape: tuple[int, ...], read):
+    def __init__(self, view: ViewBase, name: str, dtype: np.dtype, shape: tuple[int, ...],
+                 read: Callable[[Any, list[range]], np.ndarray]) -> None:
         self._view = view
         self._read = read
         self.name = name
@@ -441,7 +443,7 @@ class TensorSlice:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: Any) -> np.ndarray:
         self._view._check_open()
         return self._read(index, selection(index, self.shape))
 

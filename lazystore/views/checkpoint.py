@@ -14,6 +14,7 @@ same way, with range requests: see :class:`~lazystore.sources.fsspec.FsspecSourc
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import cast
 
@@ -36,6 +37,8 @@ __all__ = ["CheckpointView", "TensorSlice"]
 CONTENT_DELTA = ContentDeltaPlanes.id
 
 RAW_ID = RAW.id
+# What parses a source's index: its validated Index and format version.
+IndexReader = Callable[[ByteSource], tuple[Index, tuple[int, int]]]
 
 
 class _File:
@@ -95,26 +98,46 @@ class CheckpointView(ViewBase):
 
     Use as a context manager, or call :meth:`close`. Arrays already handed
     out stay valid after closing. The contract is :class:`ViewBase`'s.
-    """
+    ``ls.open`` makes one; the source is closed if opening fails.
 
-    def __init__(self, source: ByteSource, *, verify: bool = False, index_reader=read_index,
-                 encryption_key=None, _bases: Bases | None = None):
-        """``index_reader(source)`` gives the source's validated
+    Parameters
+    ----------
+    source : ByteSource
+        The file's bytes (a mapped local file, a remote object, memory).
+    verify : bool, optional
+        Check every raw read on access. A file that records no checksums
+        is then refused, as :meth:`verify` refuses it: reading it with
+        nothing checked would not be what was asked for.
+    index_reader : callable, optional
+        ``index_reader(source)`` gives the source's validated
         :class:`~lazystore._native.index.Index` and format version:
         lazystore's own by default, another format's parser for foreign
         files (see :mod:`lazystore.interop`). Nothing after it depends on
         the format.
+    encryption_key : bytes or callable, optional
+        32 bytes, or a callable returning them, called once: opens an
+        encrypted file's sealed tensors, after checking that it is the
+        file's key and that the index is the one written.
+    _bases : Bases, optional
+        The chain of bases this file is read in, when it is itself a base
+        (internal: a delta file's view opens its bases with it).
 
-        ``verify=True`` (every raw read checked on access) of a file that
-        records no checksums raises VerificationUnavailableError, as
-        :meth:`verify` does: reading it with nothing checked would not be
-        what was asked for.
+    Raises
+    ------
+    VerificationUnavailableError
+        ``verify=True`` of a file that records no checksums.
+    EncryptionKeyError
+        A key that does not open the file (its key-check value differs), or
+        a key for a file that is not encrypted.
+    DecryptionError
+        The encrypted file's index fails its MAC.
+    FormatError
+        The source is not a valid checkpoint.
+    """
 
-        ``encryption_key`` (32 bytes, or a callable returning them, called
-        once) opens an encrypted file's sealed tensors, after checking
-        that it is the file's key and that the index is the one written
-        (EncryptionKeyError, DecryptionError); a file that is not encrypted
-        is refused with it (EncryptionKeyError)."""
+    def __init__(self, source: ByteSource, *, verify: bool = False,
+                 index_reader: IndexReader = read_index,
+                 encryption_key: bytes | Callable[[], bytes] | None = None, _bases: Bases | None = None) -> None:
         try:
             index, version = index_reader(source)
             if verify and not index.checksums_known:
@@ -131,7 +154,7 @@ class CheckpointView(ViewBase):
         self._table = index.keys
         self._whole = True  # of the whole file, not a selection
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         names = super().__iter__()
         keys = self._file.index.keys
         if self._table is keys:
@@ -163,8 +186,10 @@ class CheckpointView(ViewBase):
 
     @property
     def base(self) -> str | None:
-        """Where the base of a delta file (format 1.2 or 1.3) is: the file its
-        delta tensors were coded against, beside it. None for other files."""
+        """Where the base of a delta file (format 1.2 or 1.3) is, or None for other files.
+
+        The file its delta tensors were coded against, beside it.
+        """
         bases = self._file.base
         return None if bases is None else bases.path
 
@@ -183,17 +208,15 @@ class CheckpointView(ViewBase):
         return self._decode(entry)
 
     def info(self, name: str) -> TensorInfo:
-        """dtype, shape, sizes and codec of a tensor, without reading its data."""
         e = self._entry(name)
         return TensorInfo(e.name, e.dtype, e.shape, e.nbytes, e.stored_nbytes, CODECS_BY_ID[e.codec].name,
                           e.chunk_count, e.data_offset)
 
     def get_slice(self, name: str) -> TensorSlice:
-        """A handle whose ``[index]`` reads only the chunks basic indexing needs."""
         entry = self._entry(name)
         return TensorSlice(self, entry.name, entry.dtype, entry.shape, partial(self._read_part, entry))
 
-    def verify(self, keys=None) -> list[str]:
+    def verify(self, keys: str | Iterable[str] | None = None) -> list[str]:
         """Names of tensors whose stored bytes or padding fail their checks.
 
         Every chunk is checked against its checksum, and every compressed
@@ -202,12 +225,32 @@ class CheckpointView(ViewBase):
         delta tensor's chunks are decoded on their own, and its base's
         tensor is verified in the base file, down the chain; a codec-3
         delta's base (format 1.3) is also decoded, to check it is the
-        content the delta was coded against (BaseCheckpointError if not).
+        content the delta was coded against.
 
-        ``[]`` means intact. With ``keys=None`` every tensor is checked, and
-        so is the preamble (a bad preamble raises FormatError). A file that
-        records no checksums (a safetensors file lazystore did not write)
-        raises VerificationUnavailableError.
+        Parameters
+        ----------
+        keys : str or iterable of str, optional
+            A glob pattern (str) or the names to check; None (the default)
+            checks every tensor, and the preamble too.
+
+        Returns
+        -------
+        list of str
+            The names of the tensors that fail; ``[]`` means intact.
+
+        Raises
+        ------
+        VerificationUnavailableError
+            The file records no checksums (a safetensors file lazystore did
+            not write).
+        FormatError
+            A bad preamble (checked with ``keys=None``).
+        BaseCheckpointError
+            A codec-3 delta's base is not the content it was coded against.
+        TensorNotFoundError
+            An unknown name, or a glob that matches nothing.
+        ClosedError
+            The view is closed.
         """
         self._check_open()
         file = self._file
@@ -228,14 +271,14 @@ class CheckpointView(ViewBase):
                 file.reader.check_bases_content(entry)
         return [n for n in names if n in bad]
 
-    def load(self, keys=None, *, verify: bool = True) -> dict[str, np.ndarray]:
+    def load(self, keys: str | Iterable[str] | None = None, *, verify: bool = True) -> dict[str, np.ndarray]:
         """Writable arrays of some or all tensors, checked.
 
         Every tensor handed back has been checked against its checksums:
         compressed chunks as they are decoded, raw ones too unless
         ``verify=False`` (or the file records no checksums: a safetensors
-        file lazystore did not write). A damaged chunk raises ChecksumError
-        naming its tensor. A view opened with ``verify=True`` always checks.
+        file lazystore did not write). A view opened with ``verify=True``
+        always checks.
 
         From a local file, raw tensors are views of a private copy-on-write
         mapping: nothing is copied, and writing to an array copies just the
@@ -246,6 +289,29 @@ class CheckpointView(ViewBase):
         mapped) are decoded into new arrays, in parallel. From remote
         storage the chunks of all the tensors are fetched together:
         neighbouring ranges merged, requests sent concurrently.
+
+        Parameters
+        ----------
+        keys : str or iterable of str, optional
+            A glob pattern (str) or the names to load; None (the default)
+            loads every tensor.
+        verify : bool, optional
+            Check raw tensors against their checksums too (compressed ones
+            always are).
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            The arrays, in the order asked for.
+
+        Raises
+        ------
+        ChecksumError
+            A damaged chunk (the message names its tensor).
+        TensorNotFoundError
+            An unknown name, or a glob that matches nothing.
+        ClosedError
+            The view is closed.
         """
         names, positions = self._named_positions(keys)
         file = self._file

@@ -7,8 +7,9 @@ closes on success and aborts on an error."""
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
-from pathlib import Path
+from typing import IO
 
 from lazystore.sinks.base import CloseOrAbort
 
@@ -18,7 +19,8 @@ class TensorWriter(CloseOrAbort, ABC):
     user's string metadata; ``system_metadata`` lazystore's own entries,
     set by lazystore's layers before ``close``."""
 
-    path: Path
+    # Where it writes: a local file's or folder's Path, a URL, or the file object given.
+    path: str | os.PathLike[str] | IO[bytes]
     metadata: dict
     system_metadata: dict
 

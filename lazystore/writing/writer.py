@@ -12,14 +12,15 @@ makes the object appear only when complete (see :mod:`lazystore.sinks`).
 
 from __future__ import annotations
 
-import json
 import operator
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
+from typing import IO, Any
 
 import numpy as np
 
-from lazystore._core import arguments, crypto_digest, strict_json, tensor_names
+from lazystore._core import crypto_digest, tensor_names
 from lazystore._core.batching import batch_by_bytes
 from lazystore._core.checksum import digest
 from lazystore._core.chunking import DEFAULT_CHUNK_BYTES, ChunkGrid, choose_grid
@@ -30,10 +31,11 @@ from lazystore._native import layout as fmt
 from lazystore._native.base_ref import BASE_KEY, CONTENT_DELTA_MINOR
 from lazystore._native.chunk_digests import DIGEST_KEY
 from lazystore._native.entry_rules import size_problem
-from lazystore.codecs import RAW, codec_for
+from lazystore.codecs import RAW, Codec, CodecBase, codec_for
 from lazystore.codecs.sealed import sealed_codec_of
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.sinks import open_sink
+from lazystore.writing.checks import check_metadata, check_options, check_user_metadata, encode_metadata, storable
 from lazystore.writing.chunk_hashing import ChunkHashing
 from lazystore.writing.delta_writer import DeltaBase
 from lazystore.writing.interface import TensorWriter
@@ -48,75 +50,78 @@ MIN_SAVING = 0.01
 WINDOW_BYTES = 32 << 20
 
 
-def check_options(compression, compression_level, alignment, chunk_bytes):
-    """A Writer's compression and layout options, checked before anything is
-    made (an unknown codec, a level zstd does not have, an alignment that is
-    no power of two raise InvalidInputError naming the option): the default
-    codec, the alignment and the chunk size. The writers that make Writers
-    later (a sharded folder's, one per shard) check theirs with it when built."""
-    codec = codec_for(compression, compression_level)
-    alignment = arguments.integer("alignment", alignment, 8, 1 << 30)
-    if alignment & (alignment - 1):
-        raise InvalidInputError(f"alignment must be a power of two between 8 and 2**30, got {alignment}")
-    chunk_bytes = arguments.integer("chunk_bytes", chunk_bytes, 16, 1 << 31)
-    return codec, alignment, chunk_bytes
-
-
-def check_metadata(metadata) -> dict:
-    """A copy of the user's ``metadata`` (None: empty), checked as a file
-    will hold it: str keys, none reserved, JSON values. Fails now, not after
-    writing gigabytes."""
-    metadata = arguments.json_object("metadata", metadata)
-    _check_user_metadata(metadata)
-    _encode_metadata(metadata)
-    return metadata
-
-
 class Writer(TensorWriter):
     """Write a checkpoint one tensor at a time.
 
-    >>> with Writer("model.lzy", compression="zstd") as w:   # doctest: +SKIP
-    ...     w.add("layer0.weight", array)
-
     The file appears at ``path`` only when the ``with`` block (or
     :meth:`close`) completes; an exception inside the block removes the
-    temporary file and leaves any existing ``path`` untouched.
+    temporary file and leaves any existing ``path`` untouched. Every option
+    is checked here, before anything is made.
 
-    ``path`` may be an object-store URL (``s3://``, ``gs://``, ``az://``, and
-    ``memory://``), with ``storage_options`` for its fsspec filesystem: the
-    object appears when its upload completes, and an error cancels it.
+    Parameters
+    ----------
+    path : str, os.PathLike or binary file object
+        The file written. It may be an object-store URL (``s3://``,
+        ``gs://``, ``az://``, and ``memory://``): the object appears when
+        its upload completes, and an error cancels it.
+    compression : str, Codec or None, optional
+        The default codec: None (raw), "zstd", or a Codec; each
+        :meth:`add` may override it.
+    compression_level : int, optional
+        The zstd level (None: tuned per dtype).
+    metadata : Mapping, optional
+        Any JSON object with str keys, none reserved for lazystore.
+    alignment : int, optional
+        Where each tensor's data starts: a power of two from 8 to 2**30.
+    chunk_bytes : int, optional
+        The target size of a chunk, in decoded bytes.
+    storage_options : Mapping, optional
+        Options of the URL's fsspec filesystem.
+    base : str or os.PathLike, optional
+        A local lazystore file in the same folder as ``path``: it makes the
+        file a delta file (format 1.3), whose tensors the base holds with
+        the same name, dtype and shape are coded against it (see
+        :mod:`lazystore.writing.delta_writer`).
+    digest : str, optional
+        ``"blake3"`` or ``"sha256"``: a cryptographic digest of every chunk
+        (format 1.4), which verified reads check instead of xxh3.
+    encryption_key : bytes or callable, optional
+        32 bytes, or a callable returning them, called once: encrypts every
+        tensor's bytes with AES-256-GCM, chunk by chunk, and authenticates
+        the index (format 1.4; see :mod:`lazystore.writing.sealing`). Names,
+        dtypes, shapes and metadata stay readable without the key.
+    _salt : bytes, optional
+        A test hook (32 bytes) that makes an encrypted file reproducible;
+        never use it otherwise.
 
-    ``base`` (a local lazystore file in the same folder as ``path``) makes
-    the file a delta file (format 1.3): tensors the base holds with the same
-    name, dtype and shape are coded against it (see
-    :mod:`lazystore.writing.delta_writer`).
+    Raises
+    ------
+    InvalidInputError
+        An unknown codec, a level zstd does not have, an alignment that is
+        no power of two, metadata that is not a JSON object with str keys,
+        an unknown digest, or a bad key or base.
 
-    ``digest`` (``"blake3"`` or ``"sha256"``) records a cryptographic digest
-    of every chunk (format 1.4): verified reads check it instead of xxh3.
-
-    ``encryption_key`` (32 bytes, or a callable returning them, called
-    once) encrypts every tensor's bytes with AES-256-GCM, chunk by chunk,
-    and authenticates the index (format 1.4; see
-    :mod:`lazystore.writing.sealing`). Names, dtypes, shapes and metadata
-    stay readable without the key. ``_salt`` (32 bytes) is a test hook that
-    makes an encrypted file reproducible; never use it otherwise.
+    Examples
+    --------
+    >>> with Writer("model.lzy", compression="zstd") as w:   # doctest: +SKIP
+    ...     w.add("layer0.weight", array)
     """
 
     def __init__(
         self,
-        path,
+        path: str | os.PathLike[str] | IO[bytes],
         *,
-        compression=None,
+        compression: str | Codec | None = None,
         compression_level: int | None = None,
-        metadata: Mapping | None = None,
+        metadata: Mapping[str, Any] | None = None,
         alignment: int = fmt.DEFAULT_ALIGNMENT,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-        storage_options: Mapping | None = None,
-        base=None,
+        storage_options: Mapping[str, Any] | None = None,
+        base: str | os.PathLike[str] | None = None,
         digest: str | None = None,
-        encryption_key=None,
+        encryption_key: bytes | Callable[[], bytes] | None = None,
         _salt: bytes | None = None,
-    ):
+    ) -> None:
         codec, alignment, chunk_bytes = check_options(compression, compression_level, alignment, chunk_bytes)
         # Each chunk's xxh3, and its digest in a file with digests (format 1.4).
         self._hashing = ChunkHashing(crypto_digest.writer_digest(digest))
@@ -165,28 +170,71 @@ class Writer(TensorWriter):
 
     # -- public --------------------------------------------------------------
 
-    def add(self, name: str, array, *, compression=_DEFAULT) -> None:
-        """Append one tensor. ``compression`` overrides the writer's default.
+    def add(self, name: str, array: Any, *, compression: Any = _DEFAULT) -> None:
+        """Append one tensor.
 
         An array is not copied: it is read a window of chunks at a time, so
-        a ``numpy.memmap`` larger than memory streams through too."""
+        a ``numpy.memmap`` larger than memory streams through too.
+
+        Parameters
+        ----------
+        name : str
+            The tensor's name: new in the file, without NUL, valid UTF-8.
+        array : array_like
+            A numpy array or anything ``np.asarray`` takes, of a dtype the
+            format stores.
+        compression : str, Codec or None, optional
+            Overrides the writer's default codec for this tensor.
+
+        Raises
+        ------
+        ClosedError
+            The writer is closed.
+        InvalidInputError
+            A bad or duplicate name, or what cannot be made an array.
+        UnsupportedDtypeError
+            A dtype the format cannot store.
+        """
         self._check_open()
         self._check_name(name)
-        arr, spec = _storable(array)
+        arr, spec = storable(array)
         flat = arr.reshape(-1).view(np.uint8)
         windows = (flat[i : i + WINDOW_BYTES] for i in range(0, len(flat), WINDOW_BYTES))
         self._add(name, spec, arr.shape, windows, compression)
 
-    def add_pieces(self, name: str, pieces, *, dtype, shape, compression=_DEFAULT) -> None:
-        """Append one tensor given as its bytes in C order, in pieces of any
-        size: arrays (of any dtype) or bytes-like objects, e.g. blocks of
-        rows read one at a time from a tensor larger than memory. The writer
-        holds one window of chunks (``WINDOW_BYTES``) at a time; pieces are
-        not copied, so a piece's buffer must not be reused for the next.
+    def add_pieces(self, name: str, pieces: Iterable[Any], *, dtype: Any, shape: Iterable[int],
+                   compression: Any = _DEFAULT) -> None:
+        """Append one tensor given as its bytes in C order, in pieces of any size.
 
-        Pieces that hold more or fewer bytes than ``dtype`` x ``shape`` raise
-        InvalidInputError; the tensor's bytes are then partly written, so
-        the writer is aborted (nothing reaches the target)."""
+        The pieces are arrays (of any dtype) or bytes-like objects, e.g.
+        blocks of rows read one at a time from a tensor larger than memory.
+        The writer holds one window of chunks (``WINDOW_BYTES``) at a time;
+        pieces are not copied, so a piece's buffer must not be reused for
+        the next.
+
+        Parameters
+        ----------
+        name : str
+            The tensor's name: new in the file, without NUL, valid UTF-8.
+        pieces : iterable of buffers
+            The tensor's bytes in C order.
+        dtype : numpy.dtype or str
+            The tensor's dtype.
+        shape : sequence of int
+            The tensor's shape.
+        compression : str, Codec or None, optional
+            Overrides the writer's default codec for this tensor.
+
+        Raises
+        ------
+        InvalidInputError
+            A bad or duplicate name, a shape that is not non-negative ints,
+            or pieces that hold more or fewer bytes than ``dtype`` x
+            ``shape``: the tensor's bytes are then partly written, so the
+            writer is aborted (nothing reaches the target).
+        ClosedError
+            The writer is closed.
+        """
         self._check_open()
         self._check_name(name)
         spec = spec_for(dtype)
@@ -206,7 +254,7 @@ class Writer(TensorWriter):
         problem = size_problem(shape, itemsize)
         if problem is not None:  # a file no reader could read (rules E7-E8)
             raise InvalidInputError(f"tensor {name!r} of shape {shape} cannot be stored: {problem}")
-        codec = self._codec if compression is _DEFAULT else codec_for(compression, self._level)
+        codec: CodecBase = self._codec if compression is _DEFAULT else codec_for(compression, self._level)
         delta = self._base.plan(name, spec, shape) if self._base is not None else None
         grid = delta.grid if delta is not None else \
             ChunkGrid(shape, itemsize, *choose_grid(shape, itemsize, self._chunk_bytes))
@@ -268,8 +316,17 @@ class Writer(TensorWriter):
         )
 
     def close(self) -> None:
-        """Finish the file: write the index, fsync, and move it into place
-        (or complete the upload)."""
+        """Finish the file: write the index, fsync, and move it into place (or complete the upload).
+
+        Closing a closed writer does nothing. On any failure the writer is
+        aborted: the target keeps what it had.
+
+        Raises
+        ------
+        InvalidInputError
+            The metadata cannot be written, or the index exceeds the
+            format's limit.
+        """
         if self._sink.closed:
             return
         try:
@@ -287,7 +344,7 @@ class Writer(TensorWriter):
                 np.array(self._dims, dtype=fmt.DIM_DTYPE),
                 self._chunk_records(),
                 "".join(n + "\0" for n in self._names).encode("utf-8"),
-                _encode_metadata({**_check_user_metadata(self.metadata), **system}),
+                encode_metadata({**check_user_metadata(self.metadata), **system}),
                 self._alignment,
             )
             if self._sealing is not None:
@@ -318,8 +375,10 @@ class Writer(TensorWriter):
 
     @property
     def base_file(self) -> str | None:
-        """The file name of the base the file names (once closed): None
-        unless a tensor was delta-coded against ``base``."""
+        """The file name of the base the file names, once closed.
+
+        None unless a tensor was delta-coded against ``base``.
+        """
         return self._base.ref.file if self._base is not None and self._base.used else None
 
     # -- internals -------------------------------------------------------------
@@ -356,39 +415,6 @@ class Writer(TensorWriter):
 
 def _encode(codec, planes: int, is_float: bool, chunk):
     return codec.encode(chunk, planes, is_float)
-
-
-def _storable(array) -> tuple[np.ndarray, DtypeSpec]:
-    """C-contiguous little-endian ndarray of a supported dtype (no copy if it is one)."""
-    try:
-        arr = np.asarray(array)
-    except Exception as exc:  # noqa: BLE001 - any conversion failure is bad input
-        raise InvalidInputError(f"cannot convert {type(array).__name__} to an array: {exc}") from None
-    spec = spec_for(arr.dtype)
-    # order="C" (not ascontiguousarray, which turns 0-d arrays into 1-d ones)
-    return np.asarray(arr, dtype=spec.dtype, order="C"), spec
-
-
-def _check_user_metadata(metadata: dict) -> dict:
-    for key in metadata:
-        if not isinstance(key, str):
-            raise InvalidInputError(f"metadata keys must be str, got {key!r}")
-        if key.startswith(fmt.RESERVED_METADATA_PREFIX):
-            raise InvalidInputError(f"metadata key {key!r} is reserved for lazystore")
-    return metadata
-
-
-def _encode_metadata(metadata: Mapping) -> bytes:
-    if not metadata:
-        return b""
-    try:
-        text = json.dumps(metadata, allow_nan=False, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
-        raise InvalidInputError(f"metadata must be JSON-serialisable (no NaN/inf, valid text): {exc}") from None
-    problem = strict_json.size_problem(text)  # what readers refuse to parse (format.md §11.6)
-    if problem is not None:
-        raise InvalidInputError(f"metadata too large: {problem}")
-    return text
 
 
 def _chunk_records(lengths: list[int], checksums: list[int], base_checksums: list[int], deltas: bool) -> np.ndarray:
