@@ -155,7 +155,7 @@ class ShutdownError(LazyStoreError, RuntimeError):
     """A background save asked for while the interpreter shuts down.
 
     From an ``atexit`` handler, say, when no thread can be started to run
-    it: save with ``blocking=True`` there, or close the manager before exit.
+    it: call ``save`` (not ``save_async``) there, or close the manager before exit.
     """
 
 
