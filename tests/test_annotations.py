@@ -26,7 +26,12 @@ ANNOTATED = (
     "lazystore.interop.sharded_writer",
     "lazystore.signing",
     "lazystore.torch",
+    "lazystore.views.arrays",
+    "lazystore.views.base",
     "lazystore.views.checkpoint",
+    "lazystore.views.sharded",
+    "lazystore.views.tree",
+    "lazystore.views.tree_scalars",
     "lazystore.writing.writer",
 )
 

@@ -21,6 +21,11 @@ from collections.abc import Iterable
 
 from lazystore.errors import TensorNotFoundError
 
+# Which tensors a call selects: a glob pattern (a str, as :func:`matching`
+# reads it) or exact names (any other iterable of str). ``keys=`` and
+# ``select`` take it everywhere; ``None`` (all of them) is added where allowed.
+Names = str | Iterable[str]
+
 
 def matching(names: Iterable[str], pattern: str, where: str = "the checkpoint") -> list[str]:
     """The ``names`` the glob ``pattern`` matches, in their order; raises

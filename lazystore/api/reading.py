@@ -9,14 +9,14 @@ URLs are memory-mapped; remote checkpoints are read with range requests.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from lazystore._core import frameworks, staging, torch_reads
 from lazystore._core import torch_arrays as torch_adapter
 from lazystore._core.aead import resolve_key
 from lazystore._native.base_ref import BASE_KEY
-from lazystore.api.types import Key, Target
+from lazystore.api.types import Key, Names, Target
 from lazystore.errors import BaseCheckpointError, InvalidInputError
 from lazystore.interop.detect import open_view
 from lazystore.interop.folders import open_path
@@ -139,7 +139,7 @@ def open(path: Target, *, verify: bool = False,  # noqa: A001 - ls.open reads as
 
 
 
-def load(path: Target, keys: str | Iterable[str] | None = None, *, map_location: Any = None, verify: bool = True,
+def load(path: Target, keys: Names | None = None, *, map_location: Any = None, verify: bool = True,
          storage_options: Mapping[str, Any] | None = None, encryption_key: Key | None = None, public_key: Any = None,
          signature: str | os.PathLike | None = None, index_sha256: str | None = None) -> Any:
     """Read a checkpoint back, as it was saved.

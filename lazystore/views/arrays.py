@@ -7,12 +7,19 @@ checkpoint; :mod:`lazystore.interop.archives` builds it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from functools import partial
+from typing import Any
 
 import numpy as np
 
+from lazystore._core.globs import Names
 from lazystore.errors import VerificationUnavailableError
 from lazystore.views.base import TensorInfo, TensorSlice, ViewBase
+
+# read_part(name, index, picks): the part of a tensor an index selects (as
+# TensorSlice's read, with the tensor's name first).
+ReadPart = Callable[[str, Any, list[range]], np.ndarray]
 
 __all__ = ["ArraysView"]
 
@@ -39,7 +46,7 @@ class ArraysView(ViewBase):
         ``get(name)``: a tensor's array.
     fmt : str
         The format the view reports.
-    system_metadata : dict, optional
+    system_metadata : mapping of str to Any, optional
         lazystore's own metadata entries the archive carries.
     release : callable, optional
         ``release()``: frees what ``get`` reads from, once, when the view is
@@ -50,8 +57,9 @@ class ArraysView(ViewBase):
         on each axis); by default the whole tensor is read and indexed.
     """
 
-    def __init__(self, name: str, infos: dict[str, TensorInfo], get, *, fmt: str, system_metadata=None,
-                 release=None, read_part=None):
+    def __init__(self, name: str, infos: dict[str, TensorInfo], get: Callable[[str], np.ndarray], *, fmt: str,
+                 system_metadata: Mapping[str, Any] | None = None, release: Callable[[], None] | None = None,
+                 read_part: ReadPart | None = None) -> None:
         self.name = name
         self._table = infos
         self._get = get
@@ -80,14 +88,14 @@ class ArraysView(ViewBase):
         info = self._lookup(name)
         return TensorSlice(self, name, info.dtype, info.shape, partial(self._read_part, name))
 
-    def _part_of_whole(self, name: str, index, _picks):
+    def _part_of_whole(self, name: str, index: Any, _picks: list[range]) -> np.ndarray:
         return self._get(name)[index]
 
-    def verify(self, keys=None) -> list[str]:
+    def verify(self, keys: Names | None = None) -> list[str]:
         self._check_open()
         raise VerificationUnavailableError(f"cannot verify {self.name}: a {self.format} file records no checksums")
 
-    def load(self, keys=None, *, verify: bool = True) -> dict[str, np.ndarray]:
+    def load(self, keys: Names | None = None, *, verify: bool = True) -> dict[str, np.ndarray]:
         return {n: np.array(self._get(n)) for n in self._wanted(keys)}
 
     def __repr__(self) -> str:

@@ -15,13 +15,17 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lazystore._core import globs
+from lazystore._core.globs import Names
 from lazystore._core.slicing import selection
 from lazystore.errors import ClosedError, InvalidInputError, TensorNotFoundError
+
+if TYPE_CHECKING:
+    from typing import Self  # Python 3.11: a name for annotations only
 
 __all__ = ["TensorInfo", "TensorSlice", "ViewBase"]
 
@@ -180,7 +184,7 @@ class ViewBase(abc.ABC, Mapping):
         """
 
     @abc.abstractmethod
-    def load(self, keys=None, *, verify: bool = True) -> dict[str, np.ndarray]:
+    def load(self, keys: Names | None = None, *, verify: bool = True) -> dict[str, np.ndarray]:
         """Writable arrays of some or all tensors, checked unless ``verify=False``.
 
         Parameters
@@ -208,7 +212,7 @@ class ViewBase(abc.ABC, Mapping):
         """
 
     @abc.abstractmethod
-    def verify(self, keys=None) -> list[str]:
+    def verify(self, keys: Names | None = None) -> list[str]:
         """Names of tensors whose stored bytes fail their checks.
 
         Parameters
@@ -267,10 +271,10 @@ class ViewBase(abc.ABC, Mapping):
         if self._closed or (self._parent is not None and self._parent.closed):  # self.closed, inlined: per read
             raise ClosedError(f"checkpoint {self.name!r} is closed")
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- names ---------------------------------------------------------------------------
@@ -283,14 +287,14 @@ class ViewBase(abc.ABC, Mapping):
         self._check_open()
         return len(self._table)
 
-    def __contains__(self, name) -> bool:
+    def __contains__(self, name: object) -> bool:
         self._check_open()
         try:
             return name in self._table
         except TypeError:  # unhashable: no tensor has that name
             return False
 
-    def _lookup(self, name):
+    def _lookup(self, name: str) -> Any:
         """What ``_table`` holds for ``name``, once the view is known to be open."""
         self._check_open()
         try:
@@ -298,10 +302,10 @@ class ViewBase(abc.ABC, Mapping):
         except (KeyError, TypeError):
             raise self._missing(name) from None
 
-    def _missing(self, name) -> TensorNotFoundError:
+    def _missing(self, name: object) -> TensorNotFoundError:
         return TensorNotFoundError(f"no tensor named {name!r} in {self.name}")
 
-    def _resolve(self, keys_or_glob) -> list[str]:
+    def _resolve(self, keys_or_glob: Names) -> list[str]:
         """Names from a glob pattern (str) or an iterable of names (each must exist)."""
         self._check_open()
         if isinstance(keys_or_glob, str):
@@ -319,14 +323,14 @@ class ViewBase(abc.ABC, Mapping):
                 raise self._missing(n)
         return names
 
-    def _wanted(self, keys) -> list[str]:
+    def _wanted(self, keys: Names | None) -> list[str]:
         """The names ``keys`` asks for: all of them when None, else as :meth:`_resolve`."""
         if keys is None:
             self._check_open()
             return list(self._table)
         return self._resolve(keys)
 
-    def select(self, keys_or_glob) -> ViewBase:
+    def select(self, keys_or_glob: Names) -> ViewBase:
         """A view of some tensors: a glob pattern (str) or an iterable of names.
 
         The selection shares this view's resources without owning them:

@@ -14,13 +14,14 @@ same way, with range requests: see :class:`~lazystore.sources.fsspec.FsspecSourc
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import cast
 
 import numpy as np
 
 from lazystore._core.aead import resolve_key
+from lazystore._core.globs import Names
 from lazystore._core.parallel import run_all
 from lazystore._core.slicing import rebase
 from lazystore._native.index import Entry, Index
@@ -216,7 +217,7 @@ class CheckpointView(ViewBase):
         entry = self._entry(name)
         return TensorSlice(self, entry.name, entry.dtype, entry.shape, partial(self._read_part, entry))
 
-    def verify(self, keys: str | Iterable[str] | None = None) -> list[str]:
+    def verify(self, keys: Names | None = None) -> list[str]:
         """Names of tensors whose stored bytes or padding fail their checks.
 
         Every chunk is checked against its checksum, and every compressed
@@ -271,7 +272,7 @@ class CheckpointView(ViewBase):
                 file.reader.check_bases_content(entry)
         return [n for n in names if n in bad]
 
-    def load(self, keys: str | Iterable[str] | None = None, *, verify: bool = True) -> dict[str, np.ndarray]:
+    def load(self, keys: Names | None = None, *, verify: bool = True) -> dict[str, np.ndarray]:
         """Writable arrays of some or all tensors, checked.
 
         Every tensor handed back has been checked against its checksums:

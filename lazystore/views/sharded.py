@@ -7,6 +7,9 @@ this view only routes each call to the shard holding the tensor.
 
 from __future__ import annotations
 
+import numpy as np
+
+from lazystore._core.globs import Names
 from lazystore.views.base import TensorInfo, TensorSlice, ViewBase
 
 __all__ = ["ShardedView"]
@@ -40,7 +43,7 @@ class ShardedView(ViewBase):
     """
 
     def __init__(self, name: str, views: list[ViewBase], owner: dict[str, ViewBase], *, metadata: dict,
-                 system_metadata: dict, format: str):
+                 system_metadata: dict, format: str) -> None:
         self.name = name
         self._shards = views
         self._table = owner
@@ -67,7 +70,7 @@ class ShardedView(ViewBase):
         """The views of the shards, in index order."""
         return list(self._shards)
 
-    def __getitem__(self, name: str):
+    def __getitem__(self, name: str) -> np.ndarray:
         return self._lookup(name)[name]
 
     def info(self, name: str) -> TensorInfo:
@@ -86,7 +89,7 @@ class ShardedView(ViewBase):
             groups.setdefault(id(v), (v, []))[1].append(n)
         return list(groups.values())
 
-    def verify(self, keys=None) -> list[str]:
+    def verify(self, keys: Names | None = None) -> list[str]:
         names = self._wanted(keys)
         bad: set[str] = set()
         if keys is None and self._parent is None:  # every shard whole, its head included
@@ -97,7 +100,7 @@ class ShardedView(ViewBase):
                 bad.update(v.verify(group))
         return [n for n in names if n in bad]
 
-    def load(self, keys=None, *, verify: bool = True) -> dict:
+    def load(self, keys: Names | None = None, *, verify: bool = True) -> dict[str, np.ndarray]:
         names = self._wanted(keys)
         loaded: dict = {}
         for v, group in self._by_shard(names):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import sys
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from lazystore._core.dtypes import spec_for
 from lazystore.errors import FormatError, InvalidInputError, UnsupportedDtypeError, UnsupportedVersionError
 from lazystore.views.base import ViewBase
 from lazystore.views.tree_scalars import decode_scalar, encode_scalar
+from lazystore.views.tree_types import Leaf, Node
 
 __all__ = ["TREE_KEY", "as_array", "build", "decode_scalar", "encode_scalar", "flatten", "has_torch", "is_flat",
            "is_flat_torch", "looked_through", "parse"]
@@ -58,7 +60,7 @@ _LEAF_HELP = ("containers: dict (str or int keys), OrderedDict, list, tuple; ten
 # -- plain flat mappings -----------------------------------------------------------
 
 
-def is_flat(obj) -> bool:
+def is_flat(obj: object) -> bool:
     """Whether ``obj`` is stored as is, without a tree.
 
     Parameters
@@ -79,7 +81,7 @@ def is_flat(obj) -> bool:
     return all(isinstance(k, str) and isinstance(v, (np.ndarray, np.generic)) for k, v in obj.items())
 
 
-def is_flat_torch(obj) -> bool:
+def is_flat_torch(obj: object) -> bool:
     """Whether ``obj`` is a flat torch state dict, stored without a tree.
 
     Such a mapping is marked as torch (:mod:`lazystore._core.frameworks`),
@@ -133,7 +135,7 @@ def looked_through(metadata: Mapping, system_metadata: Mapping) -> tuple[dict, d
     return dict(metadata), system
 
 
-def _flat_shape(structure) -> str | None:
+def _flat_shape(structure: object) -> str | None:
     """"torch" or "numpy" when a stored tree is a dict of tensor leaves of
     that one type, each under its own name; None otherwise."""
     root = structure.get("root") if isinstance(structure, dict) else None
@@ -153,7 +155,7 @@ def _flat_shape(structure) -> str | None:
 # -- saving ------------------------------------------------------------------------
 
 
-def flatten(obj) -> tuple[dict, dict[str, object]]:
+def flatten(obj: object) -> tuple[Node, dict[str, Leaf]]:
     """A nested state as a JSON-able tree and its tensor leaves.
 
     Everything is checked here, before a byte is written: container and key
@@ -167,9 +169,9 @@ def flatten(obj) -> tuple[dict, dict[str, object]]:
 
     Returns
     -------
-    tree : dict
+    tree : dict of str to Any
         The tree, with its version.
-    leaves : dict of str to object
+    leaves : dict of str to numpy.ndarray or numpy.generic or torch.Tensor
         The tensor leaves by key, in traversal order (depth first,
         containers in their own order).
 
@@ -182,14 +184,14 @@ def flatten(obj) -> tuple[dict, dict[str, object]]:
     UnsupportedDtypeError
         A tensor whose dtype the format cannot store.
     """
-    found: list[tuple[str, object, dict]] = []
+    found: list[tuple[str, Leaf, Node]] = []
     root = _encode(obj, (), found, 0)
     # Each leaf gets its joined path, unless an earlier leaf took it (a flat
     # key "a/b" and a nested a -> b; or an int key 0 and a str key "0"): then
     # the first free "<path>~<n>", n = 1, 2, ..., that is no leaf's own path.
     used = {key for key, _, _ in found}
     given: set[str] = set()
-    leaves: dict[str, object] = {}
+    leaves: dict[str, Leaf] = {}
     for key, value, node in found:
         if key in given:
             n = 1
@@ -203,7 +205,7 @@ def flatten(obj) -> tuple[dict, dict[str, object]]:
     return {"version": TREE_VERSION, "root": root}, leaves
 
 
-def as_array(leaf) -> np.ndarray:
+def as_array(leaf: Leaf) -> np.ndarray:
     """The numpy array to write for a leaf returned by :func:`flatten`.
 
     Parameters
@@ -221,11 +223,11 @@ def as_array(leaf) -> np.ndarray:
     return torch_adapter.to_numpy(leaf)
 
 
-def _where(path) -> str:
+def _where(path: tuple[str, ...]) -> str:
     return SEP.join(path) if path else "the top level"
 
 
-def _encode(x, path: tuple, found: list | None, depth: int) -> dict:
+def _encode(x: Any, path: tuple[str, ...], found: list[tuple[str, Leaf, Node]] | None, depth: int) -> Node:
     """The node for ``x``; tensor leaves are appended to ``found`` (None: no
     tensors allowed here)."""
     node = encode_scalar(x)
@@ -276,7 +278,7 @@ def _encode(x, path: tuple, found: list | None, depth: int) -> dict:
     return node
 
 
-def _check_int_encodable(x: int, path) -> None:
+def _check_int_encodable(x: int, path: tuple[str, ...]) -> None:
     # JSON writes ints in decimal, and Python refuses to print ints longer
     # than its digit limit (4300 by default): say so here, naming the leaf.
     limit = sys.get_int_max_str_digits()
@@ -288,7 +290,7 @@ def _check_int_encodable(x: int, path) -> None:
                                     "more than JSON can encode here") from None
 
 
-def _dict_key(k, path):
+def _dict_key(k: object, path: tuple[str, ...]) -> str | int:
     if isinstance(k, str):
         _check_utf8(k, path, "key")
         return str(k)
@@ -297,14 +299,14 @@ def _dict_key(k, path):
     raise InvalidInputError(f"dict keys must be str or int, got {type(k).__name__} {k!r} at {_where(path)}")
 
 
-def _check_utf8(text: str, path, what: str) -> None:
+def _check_utf8(text: str, path: tuple[str, ...], what: str) -> None:
     tensor_names.require_utf8(text, what, f" at {_where(path)}")
 
 
 # -- loading -------------------------------------------------------------------------
 
 
-def parse(tree, names: Collection[str]) -> tuple[dict, list[str]]:
+def parse(tree: object, names: Collection[str]) -> tuple[Node, list[str]]:
     """Validate a stored tree against the file's tensor names.
 
     Every tensor of the file must appear exactly once.
@@ -318,7 +320,7 @@ def parse(tree, names: Collection[str]) -> tuple[dict, list[str]]:
 
     Returns
     -------
-    root : dict
+    root : dict of str to Any
         The root node.
     keys : list of str
         The tensor keys, in tree order.
@@ -358,7 +360,7 @@ def parse(tree, names: Collection[str]) -> tuple[dict, list[str]]:
     return tree["root"], keys
 
 
-def _check_node(node, keys: list, depth: int, tensors_allowed: bool) -> None:
+def _check_node(node: object, keys: list[str], depth: int, tensors_allowed: bool) -> None:
     if not isinstance(node, dict) or type(node.get("t")) is not str:
         raise FormatError(f"corrupt tree: node {_short(node)} is not an object with a type")
     t = node["t"]
@@ -401,7 +403,7 @@ def _check_node(node, keys: list, depth: int, tensors_allowed: bool) -> None:
             _check_node(child, keys, depth + 1, tensors_allowed)
 
 
-def _short(x) -> str:
+def _short(x: object) -> str:
     text = repr(x)
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -410,13 +412,13 @@ _MISSING = object()
 _EMPTY = {"dict": dict, "odict": OrderedDict, "list": list, "tuple": tuple}
 
 
-def build(root: dict, arrays: Mapping[str, np.ndarray], make_torch: Callable[[np.ndarray, dict], object],
-          selected: Collection[str] | None = None):
+def build(root: Node, arrays: Mapping[str, np.ndarray], make_torch: Callable[[np.ndarray, Node], object],
+          selected: Collection[str] | None = None) -> Any:
     """The object a validated tree describes, its tensor leaves taken from ``arrays``.
 
     Parameters
     ----------
-    root : dict
+    root : dict of str to Any
         The root node, as :func:`parse` returns it.
     arrays : Mapping of str to numpy.ndarray
         The tensors, by key.
@@ -441,7 +443,8 @@ def build(root: dict, arrays: Mapping[str, np.ndarray], make_torch: Callable[[np
     return value
 
 
-def _build(node, arrays, make_torch, selected):
+def _build(node: Node, arrays: Mapping[str, np.ndarray], make_torch: Callable[[np.ndarray, Node], object],
+           selected: Collection[str] | None) -> Any:
     t = node["t"]
     if t in TENSOR_TYPES:
         key = node["key"]
@@ -452,7 +455,7 @@ def _build(node, arrays, make_torch, selected):
     if t in SCALAR_TYPES:
         return decode_scalar(node) if selected is None else _MISSING
     if t in ("dict", "odict"):
-        out = {} if t == "dict" else OrderedDict()
+        out: Any = {} if t == "dict" else OrderedDict()
         for key, child in node["v"]:
             value = _build(child, arrays, make_torch, selected)
             if value is not _MISSING:
@@ -468,12 +471,12 @@ def _build(node, arrays, make_torch, selected):
     return out
 
 
-def has_torch(root: dict, selected=None) -> bool:
+def has_torch(root: Node, selected: Collection[str] | None = None) -> bool:
     """Whether the tree holds a torch tensor (among ``selected`` keys, if given).
 
     Parameters
     ----------
-    root : dict
+    root : dict of str to Any
         The root node.
     selected : Collection of str, optional
         Only these tensor keys count.

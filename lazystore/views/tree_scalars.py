@@ -8,8 +8,13 @@ from __future__ import annotations
 import math
 import re
 import struct
+from typing import cast
 
 from lazystore.errors import FormatError
+from lazystore.views.tree_types import Node
+
+# The values a tree stores as themselves (exactly these types, not subclasses).
+Scalar = None | bool | int | float | str
 
 __all__ = ["decode_scalar", "encode_scalar", "float_text", "parse_float"]
 
@@ -36,14 +41,15 @@ def float_text(x: float) -> str:
 _HEX_FLOAT = re.compile(r"-?(0[xX](?=\.?[0-9a-fA-F])[0-9a-fA-F]*(\.[0-9a-fA-F]*)?[pP][+-]?[0-9]+|inf)")
 
 
-def parse_float(text) -> float:
+def parse_float(text: object) -> float:
     """The float :func:`float_text` wrote as ``text``.
 
     Parameters
     ----------
-    text : str
-        A hexadecimal float as ``float.hex()`` writes it, "inf", "-inf" or
-        "nan:<16 hex digits>".
+    text : object
+        A str: a hexadecimal float as ``float.hex()`` writes it, "inf",
+        "-inf" or "nan:<16 hex digits>" (a stored node's value, so it is
+        checked to be a str).
 
     Returns
     -------
@@ -74,7 +80,7 @@ def parse_float(text) -> float:
         raise ValueError(f"{text!r} overflows a float") from None
 
 
-def encode_scalar(x):
+def encode_scalar(x: object) -> Node | None:
     """The tree node of a scalar, or None if ``x`` is not one.
 
     Parameters
@@ -85,7 +91,7 @@ def encode_scalar(x):
 
     Returns
     -------
-    dict or None
+    dict of str to Any, or None
         ``{"t": type name, "v": value}`` (a float's value as
         :func:`float_text`; None's node has no value), or None.
     """
@@ -97,13 +103,13 @@ def encode_scalar(x):
     if t is int:
         return {"t": "int", "v": x}
     if t is float:
-        return {"t": "float", "v": float_text(x)}
+        return {"t": "float", "v": float_text(cast(float, x))}
     if t is str:
         return {"t": "str", "v": x}
     return None
 
 
-def decode_scalar(node: dict):
+def decode_scalar(node: Node) -> Scalar:
     """The scalar a tree node describes.
 
     Parameters

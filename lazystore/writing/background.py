@@ -79,7 +79,7 @@ class Prepared:
     is) and its tensor leaves by key (live objects, or a snapshot's copies)."""
 
     structure: dict | None
-    leaves: Mapping[str, object]  # key -> tensor leaf
+    leaves: Mapping[str, tree.Leaf]  # key -> tensor leaf
     # A flat dict of torch tensors (tree.is_flat_torch): its file says so in
     # its metadata, and names that are another's tensor are aliases of it.
     torch_flat: bool = False
