@@ -15,19 +15,23 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from lazystore import api
 from lazystore._core import tensor_names
+from lazystore.api.types import Key
 from lazystore.errors import InvalidInputError
 from lazystore.torch.handle import safe_open
 
 __all__ = ["load", "load_file", "save", "save_file"]
 
 
-def save_file(tensor_dict: Mapping, filename, metadata: Mapping | None = None, **options) -> None:
+def save_file(tensor_dict: Mapping[str, np.ndarray], filename: str | os.PathLike[str],
+              metadata: Mapping[str, Any] | None = None, **options: Any) -> None:
     """Save a dict of numpy arrays to ``filename``, atomically.
 
     Big-endian arrays are stored little-endian, as safetensors stores them;
@@ -39,7 +43,7 @@ def save_file(tensor_dict: Mapping, filename, metadata: Mapping | None = None, *
         The arrays, by name; every name a str, every value an array.
     filename : str or os.PathLike
         Where to write the lazystore file.
-    metadata : Mapping, optional
+    metadata : Mapping of str to Any, optional
         Any JSON object (safetensors takes str to str; that is a special
         case).
     **options
@@ -55,14 +59,14 @@ def save_file(tensor_dict: Mapping, filename, metadata: Mapping | None = None, *
     api.save(_checked(tensor_dict), filename, metadata=metadata, **options)
 
 
-def save(tensor_dict: Mapping, metadata: Mapping | None = None, **options) -> bytes:
+def save(tensor_dict: Mapping[str, np.ndarray], metadata: Mapping[str, Any] | None = None, **options: Any) -> bytes:
     """The bytes :func:`save_file` would write (a lazystore file).
 
     Parameters
     ----------
     tensor_dict : Mapping of str to numpy.ndarray
         The arrays, by name, as for :func:`save_file`.
-    metadata : Mapping, optional
+    metadata : Mapping of str to Any, optional
         Any JSON object.
     **options
         :func:`lazystore.save`'s options (``compression``, ...).
@@ -82,12 +86,12 @@ def save(tensor_dict: Mapping, metadata: Mapping | None = None, **options) -> by
     return buffer.getvalue()
 
 
-def load(data, *, verify: bool = True) -> dict[str, np.ndarray]:
+def load(data: bytes | bytearray | memoryview, *, verify: bool = True) -> dict[str, np.ndarray]:
     """The arrays of a checkpoint held in bytes.
 
     Parameters
     ----------
-    data : bytes-like
+    data : bytes or bytearray or memoryview
         What :func:`save` returns, or a safetensors file's bytes.
     verify : bool, optional
         Check each array against its checksums (the default);
@@ -102,7 +106,8 @@ def load(data, *, verify: bool = True) -> dict[str, np.ndarray]:
         return ck.load(verify=verify)
 
 
-def load_file(filename, *, backend: str = "mmap", verify: bool = True, encryption_key=None) -> dict[str, np.ndarray]:
+def load_file(filename: str | os.PathLike[str], *, backend: str = "mmap", verify: bool = True,
+              encryption_key: Key | None = None) -> dict[str, np.ndarray]:
     """Every array of ``filename``, in the file's order.
 
     As ``safe_open(filename, framework="np").get_tensors()`` gives them:
@@ -130,7 +135,7 @@ def load_file(filename, *, backend: str = "mmap", verify: bool = True, encryptio
         return f.get_tensors(verify=verify)
 
 
-def _checked(tensor_dict) -> dict[str, np.ndarray]:
+def _checked(tensor_dict: object) -> dict[str, np.ndarray]:
     """``tensor_dict`` as a dict of str to numpy arrays, checked before a byte
     is written; big-endian arrays byteswapped to little-endian."""
     if not isinstance(tensor_dict, Mapping):

@@ -16,6 +16,9 @@ tests/training/test_lightning_loading.py pins what this relies on
 
 from __future__ import annotations
 
+import os
+from typing import Any, BinaryIO, cast
+
 from lazystore.errors import InvalidInputError
 from lazystore.lightning.imports import (
     _load_state,
@@ -28,8 +31,11 @@ from lazystore.lightning.imports import (
 from lazystore.lightning.plugin import LazyStoreCheckpointIO
 
 
-def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=None, strict=None,
-                         weights_only=None, **kwargs):
+def load_from_checkpoint(cls: type[pl.LightningModule] | type[pl.LightningDataModule],
+                         checkpoint_path: str | os.PathLike[str] | BinaryIO, map_location: Any = None,
+                         hparams_file: str | os.PathLike[str] | None = None, strict: bool | None = None,
+                         weights_only: bool | None = None,
+                         **kwargs: Any) -> pl.LightningModule | pl.LightningDataModule:
     """``cls.load_from_checkpoint(checkpoint_path, ...)`` for a checkpoint LazyStoreCheckpointIO reads.
 
     That is a lazystore file, or a torch ``.ckpt`` read without unpickling.
@@ -84,7 +90,8 @@ def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=N
     checkpoint[cls.CHECKPOINT_HYPER_PARAMS_KEY].update(kwargs)
     if issubclass(cls, pl.LightningDataModule):
         return _load_state(cls, checkpoint, **kwargs)
-    model = _load_state(cls, checkpoint, strict=strict, **kwargs)
+    # A LightningModule subclass, from here on (the data module returned above).
+    model = cast(pl.LightningModule, _load_state(cls, checkpoint, strict=strict, **kwargs))
     state_dict = checkpoint["state_dict"]
     if not state_dict:
         rank_zero_warn(f"The state dict in {checkpoint_path!r} contains no parameters.")
@@ -93,9 +100,10 @@ def load_from_checkpoint(cls, checkpoint_path, map_location=None, hparams_file=N
     return model if device is None else model.to(device)
 
 
-def _hparams_from_file(path) -> dict:
+def _hparams_from_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Lightning's reading of ``hparams_file``, by its extension."""
-    extension = str(path).split(".")[-1].lower()
+    path = os.fspath(path)  # Lightning's readers take a str or a Path
+    extension = path.split(".")[-1].lower()
     if extension == "csv":
         return load_hparams_from_tags_csv(path)
     if extension in ("yml", "yaml"):

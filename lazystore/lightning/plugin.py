@@ -6,6 +6,7 @@ import io
 import os
 from collections.abc import Mapping
 from concurrent.futures import Future
+from typing import Any, BinaryIO
 
 import lazystore as ls
 from lazystore.lightning import objects, torch_files
@@ -28,13 +29,14 @@ class LazyStoreCheckpointIO(CheckpointIO):
         saves in the background, one save at a time.
     """
 
-    def __init__(self, *, compression=None, blocking: bool = True):
+    def __init__(self, *, compression: str | None = None, blocking: bool = True) -> None:
         super().__init__()
         self.compression = compression
         self.blocking = blocking
         self._pending: tuple[str, Future] | None = None  # (path, future) of the save in flight
 
-    def save_checkpoint(self, checkpoint: dict, path, storage_options: Mapping | None = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike[str],
+                        storage_options: Mapping[str, Any] | None = None) -> None:
         """Save Lightning's checkpoint dict as a lazystore file at ``path``.
 
         With ``blocking=False`` the save runs in the background; the error
@@ -43,12 +45,12 @@ class LazyStoreCheckpointIO(CheckpointIO):
 
         Parameters
         ----------
-        checkpoint : dict
+        checkpoint : dict of str to Any
             Lightning's checkpoint: weights, optimizer and scheduler states,
             loop progress, callback states, hyper-parameters.
         path : str or os.PathLike
             A local path (its folder is created) or an object-store URL.
-        storage_options : Mapping, optional
+        storage_options : Mapping of str to Any, optional
             The fsspec options of a URL, as for :func:`lazystore.save`.
 
         Raises
@@ -68,7 +70,8 @@ class LazyStoreCheckpointIO(CheckpointIO):
             self._pending = (path, ls.save_async(state, path, compression=self.compression,
                                                  storage_options=storage_options))
 
-    def load_checkpoint(self, path, map_location=None, weights_only: bool | None = None) -> dict:
+    def load_checkpoint(self, path: str | os.PathLike[str] | BinaryIO, map_location: Any = None,
+                        weights_only: bool | None = None) -> dict[str, Any]:
         """Load a checkpoint: a lazystore file, or a torch file Lightning wrote.
 
         The kind is told by content; either is read without unpickling,
@@ -89,7 +92,7 @@ class LazyStoreCheckpointIO(CheckpointIO):
 
         Returns
         -------
-        dict
+        dict of str to Any
             Lightning's checkpoint dict, with its paths and
             ``argparse.Namespace`` objects rebuilt.
 
@@ -110,7 +113,7 @@ class LazyStoreCheckpointIO(CheckpointIO):
             map_location = None
         return objects.decode(ls.load(path, map_location=map_location), _name(path))
 
-    def check(self, state: Mapping) -> None:
+    def check(self, state: Mapping[str, Any]) -> None:
         """Raise what :meth:`save_checkpoint` would raise for ``state``, writing nothing.
 
         ``state`` is saved to memory. For the parts of a checkpoint known
@@ -119,7 +122,7 @@ class LazyStoreCheckpointIO(CheckpointIO):
 
         Parameters
         ----------
-        state : Mapping
+        state : Mapping of str to Any
             A part of a checkpoint dict.
 
         Raises
@@ -129,7 +132,7 @@ class LazyStoreCheckpointIO(CheckpointIO):
         """
         ls.save(objects.encode(dict(state)), io.BytesIO())
 
-    def remove_checkpoint(self, path) -> None:
+    def remove_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Remove the checkpoint at ``path``, once a save of it in flight is done.
 
         Parameters
@@ -161,6 +164,6 @@ class LazyStoreCheckpointIO(CheckpointIO):
         self.wait()
 
 
-def _name(path) -> str:
+def _name(path: object) -> str:
     """How errors name what was read: a path, or a file object's name."""
-    return str(getattr(path, "name", "the file object")) if hasattr(path, "read") else path
+    return str(getattr(path, "name", "the file object")) if hasattr(path, "read") else str(path)
