@@ -21,9 +21,12 @@ from tests.test_docstrings import _import_or_skip, check_class, check_member, pu
 ANNOTATED = (
     "lazystore.cli.main",
     "lazystore.codecs",
+    "lazystore.dcp",
     "lazystore.errors",
     "lazystore.interop.convert",
     "lazystore.interop.sharded_writer",
+    "lazystore.lightning",
+    "lazystore.numpy",
     "lazystore.signing",
     "lazystore.torch",
     "lazystore.views.arrays",

@@ -63,9 +63,9 @@ class Consolidated:
     skipped: dict = field(default_factory=dict)
 
 
-def consolidate(folder, out_path, *, compression=None, compression_level: int | None = None,
-                keys: str | None = None, non_tensors: str = "metadata", verify: bool = True,
-                digest: str | None = None) -> Consolidated:
+def consolidate(folder: str | os.PathLike[str], out_path: str | os.PathLike[str], *, compression: str | None = None,
+                compression_level: int | None = None, keys: str | None = None, non_tensors: str = "metadata",
+                verify: bool = True, digest: str | None = None) -> Consolidated:
     """Write a DCP checkpoint as one lazystore file, for inference.
 
     The checkpoint in the local ``folder`` (saved by

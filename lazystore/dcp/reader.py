@@ -7,6 +7,7 @@ import io
 import os
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -71,7 +72,7 @@ class LazyStoreReader(StorageReader):
     ----------
     path : str or os.PathLike
         The checkpoint's folder or fsspec URL prefix.
-    storage_options : dict, optional
+    storage_options : Mapping of str to Any, optional
         The fsspec options of a URL.
     verify : bool, optional
         False skips the check of raw tensors of local files; compressed
@@ -81,7 +82,8 @@ class LazyStoreReader(StorageReader):
         checkpoints you trust.
     """
 
-    def __init__(self, path, *, storage_options=None, verify: bool = True, allow_pickle: bool = False):
+    def __init__(self, path: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None,
+                 verify: bool = True, allow_pickle: bool = False) -> None:
         super().__init__()
         self.path = path
         self.storage_options = dict(storage_options or {})
@@ -92,7 +94,7 @@ class LazyStoreReader(StorageReader):
         self.load_id = uuid.uuid4().hex
         self.rank = None
 
-    def reset(self, checkpoint_id=None) -> None:
+    def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
         """Start a new load, with a new load id.
 
         Parameters
@@ -105,7 +107,7 @@ class LazyStoreReader(StorageReader):
             self.path = checkpoint_id
         self.load_id = uuid.uuid4().hex
 
-    def read_metadata(self, *args, **kwargs) -> Metadata:
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         """DCP's metadata of the checkpoint, from ``metadata.lzy``.
 
         Parameters
@@ -145,7 +147,7 @@ class LazyStoreReader(StorageReader):
         metadata.storage_meta.load_id = self.load_id
         return metadata
 
-    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args, **kwargs) -> None:
+    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         """Take the storage data of :meth:`read_metadata`'s result.
 
         Parameters
@@ -247,7 +249,7 @@ class LazyStoreReader(StorageReader):
         return fut
 
     @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+    def validate_checkpoint_id(cls, checkpoint_id: object) -> bool:
         """Whether DCP's ``checkpoint_id`` can name a checkpoint to read.
 
         Parameters

@@ -9,6 +9,8 @@ import io
 import os
 import re
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -92,11 +94,11 @@ def _list(base, storage_options) -> list[str]:
     return [p.rstrip("/").rpartition("/")[2] for p in fs.ls(base, detail=False)]
 
 
-def _checkpoint_id(path) -> str:
+def _checkpoint_id(path: str | os.PathLike[str]) -> str:
     return path if isinstance(path, str) else os.fspath(path)
 
 
-def valid_checkpoint_id(checkpoint_id) -> bool:
+def valid_checkpoint_id(checkpoint_id: object) -> bool:
     """Is ``checkpoint_id`` a folder or URL prefix a checkpoint can be at (a non-empty path)?"""
     return isinstance(checkpoint_id, (str, os.PathLike)) and bool(os.fspath(checkpoint_id))
 
@@ -125,7 +127,7 @@ class LazyStoreWriter(StorageWriter):
         :class:`lazystore.Writer`'s, applied to every rank file.
     compression_level, chunk_bytes : int, optional
         :class:`lazystore.Writer`'s, applied to every rank file.
-    storage_options : dict, optional
+    storage_options : Mapping of str to Any, optional
         The fsspec options of a URL.
     overwrite : bool, optional
         False refuses a folder that already holds a checkpoint.
@@ -137,8 +139,9 @@ class LazyStoreWriter(StorageWriter):
         here rather than on every rank after planning.
     """
 
-    def __init__(self, path, *, compression=None, compression_level: int | None = None,
-                 chunk_bytes: int | None = None, storage_options=None, overwrite: bool = True):
+    def __init__(self, path: str | os.PathLike[str], *, compression: str | None = None,
+                 compression_level: int | None = None, chunk_bytes: int | None = None,
+                 storage_options: Mapping[str, Any] | None = None, overwrite: bool = True) -> None:
         super().__init__()
         self.path = path
         self.compression = compression
@@ -154,7 +157,7 @@ class LazyStoreWriter(StorageWriter):
 
     # -- protocol ------------------------------------------------------------------
 
-    def reset(self, checkpoint_id=None) -> None:
+    def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
         """Start a new save, with a new save id.
 
         Parameters
@@ -167,7 +170,7 @@ class LazyStoreWriter(StorageWriter):
             self.path = checkpoint_id
         self.save_id = uuid.uuid4().hex
 
-    def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         """Record this rank's part in the save.
 
         Parameters
@@ -267,8 +270,8 @@ class LazyStoreWriter(StorageWriter):
         rank_plan: _RankPlan = plan.storage_data
         self.save_id = rank_plan.save_id
         results = []
-        options = {"compression": self.compression, "compression_level": self.compression_level,
-                   "storage_options": self.storage_options or None}
+        options: dict[str, Any] = {"compression": self.compression, "compression_level": self.compression_level,
+                                   "storage_options": self.storage_options or None}
         if self.chunk_bytes is not None:
             options["chunk_bytes"] = self.chunk_bytes
         with Writer(join_path(self.path, rank_plan.file), **options) as w:
@@ -330,7 +333,7 @@ class LazyStoreWriter(StorageWriter):
             self._remove_unnamed_rank_files({info.relative_path for info in storage.values()})
 
     @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+    def validate_checkpoint_id(cls, checkpoint_id: object) -> bool:
         """Whether ``checkpoint_id`` can name a checkpoint here.
 
         Parameters
