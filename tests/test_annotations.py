@@ -23,6 +23,7 @@ ANNOTATED = (
     "lazystore.codecs",
     "lazystore.dcp",
     "lazystore.errors",
+    "lazystore.hf",
     "lazystore.interop.convert",
     "lazystore.interop.sharded_writer",
     "lazystore.lightning",

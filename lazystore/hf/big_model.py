@@ -27,13 +27,18 @@ import gc
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lazystore._core import ties, torch_arrays
 from lazystore._core.torch_reads import tensors_of
 from lazystore._native.layout import MAGIC
 from lazystore.errors import FormatError, InvalidInputError, StateDictMismatchError
 from lazystore.hf.offload import FileWeights, dispatch_from_file, module_of, open_named, require_accelerate
+from lazystore.hf.types import DeviceMap, Dtype, PathLike
 from lazystore.interop.sharded import INDEX_NAME
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -41,9 +46,11 @@ logger = logging.getLogger(__name__)
 DEVICE_MAP_STRINGS = ("auto", "balanced", "balanced_low_0", "sequential")
 
 
-def load_checkpoint_in_model(model, checkpoint, device_map=None, offload_folder=None, dtype=None,
+def load_checkpoint_in_model(model: torch.nn.Module, checkpoint: PathLike, device_map: DeviceMap | None = None,
+                             offload_folder: PathLike | None = None, dtype: Dtype | None = None,
                              offload_state_dict: bool = False, offload_buffers: bool = False,
-                             keep_in_fp32_modules=None, offload_8bit_bnb: bool = False, strict: bool = False,
+                             keep_in_fp32_modules: list[str] | None = None, offload_8bit_bnb: bool = False,
+                             strict: bool = False,
                              full_state_dict: bool = True, broadcast_from_rank0: bool = False) -> None:
     """Load a checkpoint into ``model``, as accelerate's function does.
 
@@ -63,7 +70,7 @@ def load_checkpoint_in_model(model, checkpoint, device_map=None, offload_folder=
         A lazystore file, a folder holding one, a sharded lazystore folder or
         its ``lazystore.index.json``; anything else goes to accelerate's
         function unchanged.
-    device_map : dict, optional
+    device_map : dict of str to int or str or torch.device, optional
         Module names to devices (``"disk"`` included); None loads the whole
         state dict into the model where it is.
     offload_folder : str or os.PathLike, optional
@@ -116,11 +123,16 @@ def load_checkpoint_in_model(model, checkpoint, device_map=None, offload_folder=
     return None
 
 
-def load_checkpoint_and_dispatch(model, checkpoint, device_map=None, max_memory=None,
-                                 no_split_module_classes=None, offload_folder=None, offload_buffers: bool = False,
-                                 dtype=None, offload_state_dict=None, skip_keys=None, preload_module_classes=None,
-                                 force_hooks: bool = False, strict: bool = False, full_state_dict: bool = True,
-                                 broadcast_from_rank0: bool = False):
+def load_checkpoint_and_dispatch(model: torch.nn.Module, checkpoint: PathLike,
+                                 device_map: DeviceMap | str | None = None,
+                                 max_memory: dict[int | str, int | str] | None = None,
+                                 no_split_module_classes: list[str] | None = None,
+                                 offload_folder: PathLike | None = None, offload_buffers: bool = False,
+                                 dtype: Dtype | None = None, offload_state_dict: bool | None = None,
+                                 skip_keys: str | list[str] | None = None,
+                                 preload_module_classes: list[str] | None = None, force_hooks: bool = False,
+                                 strict: bool = False, full_state_dict: bool = True,
+                                 broadcast_from_rank0: bool = False) -> torch.nn.Module:
     """Load a checkpoint into ``model`` and dispatch it across devices, as accelerate's function does.
 
     Modules on ``"disk"`` read their weights from the lazystore checkpoint
@@ -133,13 +145,13 @@ def load_checkpoint_and_dispatch(model, checkpoint, device_map=None, max_memory=
         The model to load into and dispatch.
     checkpoint : str or os.PathLike
         As for :func:`load_checkpoint_in_model`.
-    device_map : dict or str, optional
+    device_map : dict of str to int or str or torch.device, or str, optional
         Module names to devices, or one of "auto", "balanced",
         "balanced_low_0" or "sequential", computed with accelerate's own
         ``get_balanced_memory`` and ``infer_auto_device_map`` from
         ``max_memory`` exactly as accelerate computes it. None loads without
         dispatching.
-    max_memory : dict, optional
+    max_memory : dict of int or str to int or str, optional
         The memory each device may use, for a ``device_map`` string.
     no_split_module_classes : list of str, optional
         Module classes never split across devices.
@@ -151,7 +163,11 @@ def load_checkpoint_and_dispatch(model, checkpoint, device_map=None, max_memory=
         The dtype floating tensors are loaded in.
     offload_state_dict : bool, optional
         Accepted, no effect.
-    skip_keys, preload_module_classes, force_hooks : optional
+    skip_keys : str or list of str, optional
+        accelerate's ``dispatch_model``'s.
+    preload_module_classes : list of str, optional
+        accelerate's ``dispatch_model``'s.
+    force_hooks : bool, optional
         accelerate's ``dispatch_model``'s.
     strict : bool, optional
         The checkpoint's names and the model's must be the same.
@@ -190,6 +206,7 @@ def load_checkpoint_and_dispatch(model, checkpoint, device_map=None, max_memory=
                       skip_keys=skip_keys, preload_module_classes=preload_module_classes, force_hooks=force_hooks,
                       strict=strict, full_state_dict=full_state_dict, broadcast_from_rank0=broadcast_from_rank0)
     path, view = found
+    placement: DeviceMap | None = None if isinstance(device_map, str) else device_map
     with view:
         if isinstance(device_map, str):
             if device_map not in DEVICE_MAP_STRINGS:
@@ -199,15 +216,15 @@ def load_checkpoint_and_dispatch(model, checkpoint, device_map=None, max_memory=
                 max_memory = utils.get_balanced_memory(model, max_memory=max_memory,
                                                        no_split_module_classes=no_split_module_classes,
                                                        dtype=dtype, low_zero=(device_map == "balanced_low_0"))
-            device_map = utils.infer_auto_device_map(model, max_memory=max_memory,
-                                                     no_split_module_classes=no_split_module_classes,
-                                                     dtype=dtype, offload_buffers=offload_buffers)
-        _load(model, view, device_map=device_map, dtype=dtype, offload_buffers=offload_buffers,
+            placement = utils.infer_auto_device_map(model, max_memory=max_memory,
+                                                    no_split_module_classes=no_split_module_classes,
+                                                    dtype=dtype, offload_buffers=offload_buffers)
+        _load(model, view, device_map=placement, dtype=dtype, offload_buffers=offload_buffers,
               keep_in_fp32_modules=None, offload_8bit_bnb=False, strict=strict, full_state_dict=full_state_dict,
               broadcast_from_rank0=broadcast_from_rank0)
-    if device_map is None:
+    if placement is None:
         return model
-    return dispatch_from_file(model, device_map, FileWeights(path), offload_buffers=offload_buffers,
+    return dispatch_from_file(model, placement, FileWeights(path), offload_buffers=offload_buffers,
                               skip_keys=skip_keys, preload_module_classes=preload_module_classes,
                               force_hooks=force_hooks)
 

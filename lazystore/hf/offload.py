@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from lazystore import api
 from lazystore._core import ties, torch_arrays
@@ -27,7 +28,12 @@ from lazystore.errors import (
     StateDictMismatchError,
     TensorNotFoundError,
 )
+from lazystore.hf.types import DeviceMap, PathLike
 from lazystore.sources import local_path
+from lazystore.views.base import TensorInfo
+
+if TYPE_CHECKING:
+    import torch
 
 NEEDS_TORCH = "lazystore.hf.offload gives PyTorch tensors"
 
@@ -79,7 +85,7 @@ class FileWeights(Mapping):
         PyTorch is not installed.
     """
 
-    def __init__(self, checkpoint, *, names: Mapping[str, str] | None = None, verify: bool = True):
+    def __init__(self, checkpoint: PathLike, *, names: Mapping[str, str] | None = None, verify: bool = True) -> None:
         torch_arrays.require(NEEDS_TORCH)
         self._verify = verify
         self._mapped = open_named(checkpoint)
@@ -125,7 +131,7 @@ class FileWeights(Mapping):
         self.reads += 1
         return torch_arrays.cpu_tensor(array)
 
-    def info(self, key: str):
+    def info(self, key: str) -> TensorInfo:
         """The file's :class:`~lazystore.TensorInfo` for ``key``, without reading its data.
 
         Parameters
@@ -225,8 +231,10 @@ class _Served(Mapping):
         return sum(1 for _ in self)
 
 
-def dispatch_from_file(model, device_map, weights, *, main_device=None, offload_buffers: bool = False,
-                       skip_keys=None, preload_module_classes=None, force_hooks: bool = False):
+def dispatch_from_file(model: torch.nn.Module, device_map: DeviceMap, weights: Mapping[str, torch.Tensor] | PathLike, *,
+                       main_device: int | str | torch.device | None = None, offload_buffers: bool = False,
+                       skip_keys: str | list[str] | None = None, preload_module_classes: list[str] | None = None,
+                       force_hooks: bool = False) -> torch.nn.Module:
     """accelerate's ``dispatch_model``, with disk modules reading their weights from ``weights``.
 
     The modules on ``"disk"`` read their weights from ``weights`` at each
@@ -248,17 +256,21 @@ def dispatch_from_file(model, device_map, weights, *, main_device=None, offload_
     ----------
     model : torch.nn.Module
         The model to dispatch; its disk modules may be on the meta device.
-    device_map : dict
+    device_map : dict of str to int or str or torch.device
         Module names to devices (``"disk"`` included), as accelerate takes it.
-    weights : FileWeights or str or os.PathLike
-        The weights of the disk modules: a :class:`FileWeights`, or a
-        checkpoint path to open as one.
-    main_device : str or torch.device, optional
+    weights : Mapping of str to torch.Tensor or str or os.PathLike
+        The weights of the disk modules: a :class:`FileWeights` (or another
+        Mapping of names to tensors), or a checkpoint path to open as one.
+    main_device : int or str or torch.device, optional
         Where offloaded modules run; by default the first device of
         ``device_map`` that is neither "cpu" nor "disk", else "cpu".
     offload_buffers : bool, optional
         Persistent buffers of disk modules are read at each forward too.
-    skip_keys, preload_module_classes, force_hooks : optional
+    skip_keys : str or list of str, optional
+        accelerate's ``dispatch_model``'s.
+    preload_module_classes : list of str, optional
+        accelerate's ``dispatch_model``'s.
+    force_hooks : bool, optional
         accelerate's ``dispatch_model``'s.
 
     Returns

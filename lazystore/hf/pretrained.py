@@ -20,11 +20,17 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from lazystore.errors import InvalidInputError
 from lazystore.hf import disk, slices
 from lazystore.hf.offload import FileWeights
+from lazystore.hf.types import PathLike
 from lazystore.hf.weights import lazystore_weights, require_weights
+
+if TYPE_CHECKING:  # transformers is imported only where a model is loaded
+    from transformers import PreTrainedModel
+    from transformers.models.auto.auto_factory import _BaseAutoModelClass
 
 # What PreTrainedModel.from_pretrained (transformers 5.23) takes for itself;
 # everything else is a config attribute or an argument of the model's
@@ -45,7 +51,9 @@ CONFIG_ONLY = ("trust_remote_code", "code_revision")
 REFUSED = ("state_dict", "gguf_file")
 
 
-def from_pretrained(cls, pretrained_model_name_or_path, *model_args, verify: bool = True, **kwargs):
+def from_pretrained(cls: type[PreTrainedModel] | type[_BaseAutoModelClass], pretrained_model_name_or_path: PathLike,
+                    *model_args: Any, verify: bool = True,
+                    **kwargs: Any) -> PreTrainedModel | tuple[PreTrainedModel, dict[str, Any]]:
     """``cls.from_pretrained(pretrained_model_name_or_path, ...)``, for a folder with lazystore weights too.
 
     A local folder holding ``model.lzy`` or lazystore's sharded index loads

@@ -21,12 +21,20 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from lazystore import api
 from lazystore.errors import InvalidInputError
+from lazystore.hf.types import PathLike
 from lazystore.hf.weights import WEIGHTS_NAME, transformers_weights
 from lazystore.interop.sharded import INDEX_NAME
 from lazystore.interop.sharded_writer import SHARD_NAME
+
+if TYPE_CHECKING:  # torch, transformers and sentence-transformers are the caller's, imported by then
+    import torch
+    from sentence_transformers.base.model import BaseModel
+    from transformers import PreTrainedModel
+    from typing_extensions import TypeIs  # typing's from Python 3.13
 
 # The units transformers and huggingface_hub accept in a max_shard_size ("5GB", "500MiB").
 SIZE_UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -36,9 +44,10 @@ SIZE = re.compile(r"\s*(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>[KMGT]I?B)\s*", re.IG
 REFUSED = ("push_to_hub", "variant", "distributed_checkpoint")
 
 
-def save_pretrained(model, folder, compression=None, max_shard_size=None, *, compression_level=None,
-                    save_original_format: bool = True, state_dict=None, is_main_process: bool = True,
-                    **kwargs) -> None:
+def save_pretrained(model: PreTrainedModel | BaseModel, folder: PathLike, compression: str | None = None,
+                    max_shard_size: int | str | None = None, *, compression_level: int | None = None,
+                    save_original_format: bool = True, state_dict: dict[str, torch.Tensor] | None = None,
+                    is_main_process: bool = True, **kwargs: Any) -> None:
     """Write ``model`` to ``folder`` as ``model.save_pretrained(folder)`` does, the weights as lazystore's.
 
     The weights are ``model.lzy``, or shards with ``lazystore.index.json``;
@@ -64,7 +73,7 @@ def save_pretrained(model, folder, compression=None, max_shard_size=None, *, com
     save_original_format : bool, optional
         What it means to ``save_pretrained``: the checkpoint's own names,
         transformers' load-time conversions reverted.
-    state_dict : dict, optional
+    state_dict : dict of str to torch.Tensor, optional
         The weights to write instead of ``model.state_dict()``.
     is_main_process : bool, optional
         False writes nothing, as transformers writes nothing on the other
@@ -115,7 +124,7 @@ def save_pretrained(model, folder, compression=None, max_shard_size=None, *, com
     _remove_replaced(folder, sharded=limit is not None)
 
 
-def _is_sentence_transformer(model) -> bool:
+def _is_sentence_transformer(model: object) -> TypeIs[BaseModel]:
     """Is ``model`` a sentence-transformers model (its library already
     imported, as it must be for such a model to exist)?"""
     st = sys.modules.get("sentence_transformers.base.model")

@@ -19,11 +19,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from lazystore._core.distribution import package_hint
 from lazystore.errors import FormatError, InvalidInputError, MissingDependencyError
 from lazystore.hf.pretrained import from_pretrained
+from lazystore.hf.types import PathLike
 from lazystore.hf.weights import lazystore_weights
+
+if TYPE_CHECKING:  # sentence-transformers is imported only when a model is loaded
+    from sentence_transformers.base.model import BaseModel
 
 # The module classes of modules.json resolved here: only sentence-transformers'
 # own (any other class is code from the folder, which sentence-transformers
@@ -31,7 +36,8 @@ from lazystore.hf.weights import lazystore_weights
 OWN_PREFIX = "sentence_transformers."
 
 
-def sentence_transformer(model_name_or_path, *, verify: bool = True, model_class=None, **kwargs):
+def sentence_transformer(model_name_or_path: PathLike, *, verify: bool = True,
+                         model_class: type[BaseModel] | None = None, **kwargs: Any) -> BaseModel:
     """``SentenceTransformer(model_name_or_path, **kwargs)`` for a folder whose transformer weights are lazystore's.
 
     The weights are ``model.lzy`` or lazystore's shards, as
@@ -55,7 +61,7 @@ def sentence_transformer(model_name_or_path, *, verify: bool = True, model_class
 
     Returns
     -------
-    sentence_transformers.SentenceTransformer
+    sentence_transformers.SentenceTransformer or another sentence-transformers model
         The model, of ``model_class``.
 
     Raises
