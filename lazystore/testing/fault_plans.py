@@ -10,6 +10,7 @@ seed gives the same faults even when requests arrive concurrently.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = ["FAULTS", "Every", "Fault", "RandomFaults", "Request", "request_rng"]
@@ -119,7 +120,7 @@ class Every:
         The method of the requests counted ("GET"); None: any method.
     """
 
-    def __init__(self, k: int, fault: str | Fault, *, limit: int | None = None, method: str | None = "GET"):
+    def __init__(self, k: int, fault: str | Fault, *, limit: int | None = None, method: str | None = "GET") -> None:
         self.k, self.fault, self.limit, self.method = k, fault, limit, method
         self.seen = self.hits = 0
 
@@ -154,7 +155,8 @@ class RandomFaults:
 
     KINDS = ("error", "cut", "short", "whole", "shifted", "reset", "flip")
 
-    def __init__(self, seed: int, rate: float = 0.3, kinds=KINDS, *, methods=("GET",)):
+    def __init__(self, seed: int, rate: float = 0.3, kinds: Iterable[str] = KINDS, *,
+                 methods: Iterable[str] = ("GET",)) -> None:
         self.seed, self.rate, self.kinds, self.methods = seed, rate, tuple(kinds), tuple(methods)
 
     def __call__(self, request: Request) -> str | None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import errno as errnos
 import os
 import threading
+from collections.abc import Iterable
 
 from lazystore.sinks.base import byte_view, split_views
 
@@ -67,8 +68,8 @@ class SyscallFaults:
         ``calls`` names a call that is not in :data:`CALLS`.
     """
 
-    def __init__(self, fail_at: int | None = None, *, errno: int = errnos.EIO, calls=CALLS,
-                 short_writes: int | None = None):
+    def __init__(self, fail_at: int | None = None, *, errno: int = errnos.EIO, calls: Iterable[str] = CALLS,
+                 short_writes: int | None = None) -> None:
         unknown = set(calls) - set(CALLS)
         if unknown:
             raise ValueError(f"cannot inject faults into {sorted(unknown)}; choose from {CALLS}")

@@ -48,11 +48,17 @@ import stat
 import struct
 import threading
 import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Self
 
 from lazystore.errors import ClosedError
 from lazystore.testing.fault_plans import FAULTS, Every, Fault, RandomFaults, Request, request_rng
+
+# What a name serves: bytes-like, or a memory map of a file.
+Served = bytes | bytearray | memoryview | mmap.mmap
+# A fault plan: given each request, a fault kind, a Fault or None (Every, RandomFaults).
+Plan = Callable[[Request], str | Fault | None]
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
@@ -71,17 +77,17 @@ class Folder:
         The folder served.
     """
 
-    def __init__(self, root):
+    def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.path.realpath(root)
-        self._maps: dict[str, tuple[tuple, object]] = {}  # name -> (identity, map)
-        self._replaced: dict[str, object] = {}  # name -> the bytes-like served instead of the file
+        self._maps: dict[str, tuple[tuple, Served]] = {}  # name -> (identity, map)
+        self._replaced: dict[str, Served] = {}  # name -> the bytes-like served instead of the file
         self._lock = threading.Lock()
 
-    def __setitem__(self, name: str, data) -> None:
+    def __setitem__(self, name: str, data: Served) -> None:
         with self._lock:
             self._replaced[name] = data
 
-    def get(self, name: str):
+    def get(self, name: str) -> Served | None:
         """The bytes served at ``name``.
 
         Parameters
@@ -130,7 +136,7 @@ class RangeServer:
 
     Parameters
     ----------
-    files : dict or Folder, optional
+    files : Mapping of str to bytes-like, or Folder, optional
         Name -> bytes-like, or a :class:`Folder`.
     delay : float, optional
         Seconds every GET waits before answering.
@@ -153,9 +159,10 @@ class RangeServer:
 
     PIECE = 1 << 20  # bodies are written a piece at a time, never copied whole
 
-    def __init__(self, files: dict | Folder | None = None, *, delay: float = 0.0, stall_seconds: float = 5.0,
-                 plan=None, seed: int = 0, host: str = "127.0.0.1", port: int = 0, record: bool = True):
-        self.files: dict | Folder = files if isinstance(files, Folder) else dict(files or {})
+    def __init__(self, files: Mapping[str, Served] | Folder | None = None, *, delay: float = 0.0,
+                 stall_seconds: float = 5.0, plan: Plan | None = None, seed: int = 0, host: str = "127.0.0.1",
+                 port: int = 0, record: bool = True) -> None:
+        self.files: dict[str, Served] | Folder = files if isinstance(files, Folder) else dict(files or {})
         self.host, self.record = host, record
         self._port = port
         self.requests: list[Request] = []
@@ -276,7 +283,7 @@ class RangeServer:
                 fault = Fault(fault)
             if fault is not None:
                 request.fault = fault.kind
-                if fault.kind == "swap":
+                if fault.kind == "swap" and fault.data is not None:  # a swap's data is checked when it is made
                     self.files[request.path.lstrip("/")] = fault.data
             return fault
 
@@ -449,12 +456,12 @@ def _parse_range(header: str | None, size: int) -> tuple[int | None, int | None]
     return start, stop
 
 
-def main(argv=None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     """``python -m lazystore.testing.rangeserver FOLDER``: serve FOLDER, honouring Range, until Ctrl-C.
 
     Parameters
     ----------
-    argv : list of str, optional
+    argv : sequence of str, optional
         The command line's arguments (``sys.argv[1:]`` by default):
         ``FOLDER [--port PORT] [--bind ADDRESS]``.
     """

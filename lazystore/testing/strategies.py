@@ -15,8 +15,12 @@ Only the tests import this module, so it imports hypothesis unconditionally.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from types import EllipsisType
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from hypothesis import strategies as st
 
 from lazystore._core.dtypes import DTYPES
@@ -29,6 +33,9 @@ FLOAT_DTYPES: frozenset = frozenset(spec.dtype for spec in DTYPES if spec.is_flo
 
 _SPECIALS = (math.nan, math.inf, -math.inf, -0.0, 0.0)
 _MODES = ("bits", "pool", "zeros")
+# A basic numpy index: an int, a slice, Ellipsis or None (a new axis), or a tuple of them.
+_Item = int | slice | EllipsisType | None
+BasicIndex = _Item | tuple[_Item, ...]
 
 
 def dtypes() -> st.SearchStrategy[np.dtype]:
@@ -43,7 +50,8 @@ def dtypes() -> st.SearchStrategy[np.dtype]:
 
 
 @st.composite
-def shapes(draw, *, max_dims: int = 4, max_side: int = 6, max_elements: int | None = None) -> tuple[int, ...]:
+def shapes(draw: st.DrawFn, *, max_dims: int = 4, max_side: int = 6,
+           max_elements: int | None = None) -> tuple[int, ...]:
     """Small shapes: 0-d up to ``max_dims`` axes; about one in six has a 0 axis.
 
     Parameters
@@ -74,7 +82,8 @@ def shapes(draw, *, max_dims: int = 4, max_side: int = 6, max_elements: int | No
     return tuple(dims)
 
 
-def random_array(dtype, shape, seed: int, mode: str = "bits", special_fraction: float = 0.1) -> np.ndarray:
+def random_array(dtype: npt.DTypeLike, shape: tuple[int, ...], seed: int, mode: str = "bits",
+                 special_fraction: float = 0.1) -> np.ndarray:
     """A deterministic array of ``dtype`` and ``shape`` from ``seed``.
 
     Bool arrays hold only 0 and 1.
@@ -120,7 +129,7 @@ def random_array(dtype, shape, seed: int, mode: str = "bits", special_fraction: 
     else:
         raise ValueError(f"unknown mode {mode!r}")
     if dtype == np.bool_:
-        raw = raw & 1
+        raw = raw & np.uint8(1)
     arr = raw.view(dtype).reshape(shape)
     if dtype in FLOAT_DTYPES and n:
         flat = arr.reshape(-1)
@@ -141,13 +150,15 @@ def random_array(dtype, shape, seed: int, mode: str = "bits", special_fraction: 
 
 
 @st.composite
-def arrays(draw, dtype=None, shape=None, *, modes=_MODES, max_dims: int = 4, max_side: int = 6,
+def arrays(draw: st.DrawFn, dtype: npt.DTypeLike | None = None,
+           shape: tuple[int, ...] | st.SearchStrategy[tuple[int, ...]] | None = None, *,
+           modes: Sequence[str] = _MODES, max_dims: int = 4, max_side: int = 6,
            max_elements: int | None = None) -> np.ndarray:
     """Arrays of every supported dtype (or ``dtype``) and small shapes (or ``shape``).
 
     Parameters
     ----------
-    dtype : numpy.dtype, optional
+    dtype : numpy.dtype or str, optional
         The dtype of every array; by default drawn from :func:`dtypes`.
     shape : tuple of int or SearchStrategy, optional
         The shape, or a strategy for it; by default drawn from :func:`shapes`.
@@ -195,7 +206,8 @@ def _axis_item(size: int) -> st.SearchStrategy:
 
 
 @st.composite
-def basic_indices(draw, shape, *, allow_none: bool = True, allow_ellipsis: bool = True):
+def basic_indices(draw: st.DrawFn, shape: Sequence[int], *, allow_none: bool = True,
+                  allow_ellipsis: bool = True) -> BasicIndex:
     """A basic numpy index that is valid for ``shape`` (never out of range).
 
     Leading axes are indexed explicitly, then optionally an Ellipsis and
@@ -204,7 +216,7 @@ def basic_indices(draw, shape, *, allow_none: bool = True, allow_ellipsis: bool 
 
     Parameters
     ----------
-    shape : tuple of int
+    shape : sequence of int
         The shape the index is for.
     allow_none : bool, optional
         Sprinkle in Nones (new axes).
@@ -236,7 +248,7 @@ def basic_indices(draw, shape, *, allow_none: bool = True, allow_ellipsis: bool 
 # -- assertions shared by the tests ---------------------------------------------
 
 
-def same_bits(a, b) -> bool:
+def same_bits(a: npt.ArrayLike, b: npt.ArrayLike) -> bool:
     """Same dtype, shape and bytes (so NaNs compare equal to themselves).
 
     Parameters
@@ -253,7 +265,7 @@ def same_bits(a, b) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes(order="C") == b.tobytes(order="C")
 
 
-def reaches_mmap(arr) -> bool:
+def reaches_mmap(arr: np.ndarray) -> bool:
     """Whether the ``.base`` chain of ``arr`` ends in a memory map (a zero-copy view).
 
     Parameters
@@ -282,7 +294,7 @@ def reaches_mmap(arr) -> bool:
     return False
 
 
-def same_tree(a, b, path: str = "") -> None:
+def same_tree(a: Any, b: Any, path: str = "") -> None:  # any nested states: compared by type, then duck-typed
     """Assert that two nested states are identical.
 
     That is the same container and leaf types, the same key types and
