@@ -50,10 +50,13 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Self
+from typing import TYPE_CHECKING
 
 from lazystore.errors import ClosedError
 from lazystore.testing.fault_plans import FAULTS, Every, Fault, RandomFaults, Request, request_rng
+
+if TYPE_CHECKING:  # typing.Self is 3.11's; the package supports 3.10
+    from typing_extensions import Self
 
 # What a name serves: bytes-like, or a memory map of a file.
 Served = bytes | bytearray | memoryview | mmap.mmap
