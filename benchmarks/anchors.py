@@ -8,6 +8,7 @@ imported on first use: it takes seconds to import.
 
 from __future__ import annotations
 
+import gc
 import mmap
 import os
 
@@ -164,3 +165,15 @@ def plain_read_into(path, buf: np.ndarray) -> np.ndarray:
                 raise EOFError(f"{path} is shorter than the buffer")
             done += n
     return buf
+
+
+def evict(*paths) -> None:
+    """Drop the files' pages from the page cache (none may be mapped: the
+    loads of the previous call are collected first)."""
+    gc.collect()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)

@@ -29,9 +29,7 @@ script cannot rot.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import os
 import sys
 import tempfile
 import time
@@ -42,7 +40,7 @@ import numpy as np
 import lazystore as ls
 import lazystore.signing
 
-from . import report, workloads
+from . import anchors, report, workloads
 from .measures import Result, Target, timed
 from .timing import compare
 
@@ -65,14 +63,6 @@ def _read_by(call) -> tuple[int, int]:
     return after["rchar"] - before["rchar"], after["read_bytes"] - before["read_bytes"]
 
 
-def _evict(*paths) -> None:
-    gc.collect()
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def _tensors(total: int, count: int) -> dict[str, np.ndarray]:
@@ -139,8 +129,8 @@ def signed_reads(folder: Path, total: int, reps: int) -> list[Result]:
     warm = compare(one, reps=reps)
     rows.append(timed("layer_warm", f"one layer of {LAYERS} from a signed file, warm cache",
                       warm, "signed", "unsigned", target=Target("<=", 1.2, "ratio")))
-    cold = compare(one, reps=reps, setup=lambda: _evict(plain, signed))
-    _evict(plain, signed)
+    cold = compare(one, reps=reps, setup=lambda: anchors.evict(plain, signed))
+    anchors.evict(plain, signed)
     _, fetched = _read_by(one["signed"])
     rows.append(timed("layer_cold", f"one layer of {LAYERS} from a signed file, cold cache", cold, "signed",
                       "unsigned", target=Target("<=", 1.2, "ratio"),

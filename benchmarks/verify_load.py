@@ -26,8 +26,6 @@ behind the reads.
 from __future__ import annotations
 
 import argparse
-import gc
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -42,16 +40,6 @@ from .torch_api import _touch
 CASES = ("verify on (default)", "verify=False", "safetensors", "safetensors + xxh3")
 
 
-def _evict(*paths) -> None:
-    """Drop the files' pages from the page cache (none may be mapped: the
-    loads of the previous call are collected first)."""
-    gc.collect()
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def _hashed(tensors: dict) -> dict:
@@ -76,7 +64,7 @@ def measure(ours: Path, theirs: Path, nbytes: int, reps: int) -> list[Result]:
     assert len(set(first.values())) == 1, f"the loads read different bytes: {first}"
     for path in (ours, theirs):
         anchors.fsync_file(path)  # dirty pages cannot be evicted
-    cold = compare(cases, reps=reps, setup=lambda: _evict(ours, theirs))
+    cold = compare(cases, reps=reps, setup=lambda: anchors.evict(ours, theirs))
     workloads.warm([ours, theirs])
     warm = compare(cases, reps=reps)
     size = size_label(nbytes)
