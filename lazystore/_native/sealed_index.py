@@ -16,6 +16,7 @@ import re
 import numpy as np
 
 from lazystore._core import aead
+from lazystore._native import layout as fmt
 from lazystore.codecs import SEALED_CODEC_IDS
 from lazystore.errors import EncryptionKeyError, FormatError, UnsupportedVersionError
 
@@ -50,8 +51,9 @@ def sealed_index(system_metadata: dict, entries: np.ndarray, minor: int | None, 
         if sealed.any():
             raise FormatError(f"sealed tensors (codec 128 or 129) but no {ENCRYPTION_KEY} member (rule S3)")
         return None
-    if minor is not None and minor < 4:
-        raise FormatError(f"a {ENCRYPTION_KEY} member in a format 1.{minor} file (it is format 1.4; rule S3)")
+    if minor is not None and minor < fmt.TRUST_MINOR:
+        raise FormatError(f"a {ENCRYPTION_KEY} member in a format 1.{minor} file (it is format "
+                          f"1.{fmt.TRUST_MINOR}; rule S3)")
     member = _checked_member(found)
     plain = ~sealed & (entries["chunk_count"] > 0)
     if plain.any():

@@ -15,7 +15,7 @@ import numpy as np
 from lazystore._core import crypto_digest
 from lazystore._core.checksum import digest as xxh3
 from lazystore._native import layout as fmt
-from lazystore._native.chunk_digests import digest_member
+from lazystore._native.chunk_digests import DIGEST_KEY, digest_member
 
 _NO_DIGEST = bytes(crypto_digest.DIGEST_SIZE)  # a record's digest field where there is none
 
@@ -76,9 +76,12 @@ class ChunkHashing:
             wide["base_digest"] = _rows(self._base_digests)
         return wide
 
-    def member(self) -> dict | None:
-        """The ``__lazystore_digest__`` member's value, or None."""
-        return digest_member(self.algorithm) if self.algorithm is not None else None
+    def with_member(self, system_metadata: dict) -> dict:
+        """``system_metadata`` with this writer's ``__lazystore_digest__``
+        member (none without digests): the member says what the records
+        hold, so one carried from another file is dropped."""
+        rest = {k: v for k, v in system_metadata.items() if k != DIGEST_KEY}
+        return rest if self.algorithm is None else {**rest, DIGEST_KEY: digest_member(self.algorithm)}
 
 
 def _rows(digests: list[bytes]) -> np.ndarray:

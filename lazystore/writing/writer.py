@@ -29,7 +29,6 @@ from lazystore._core.parallel import run_all, start_all
 from lazystore._core.rechunk import rechunk
 from lazystore._native import layout as fmt
 from lazystore._native.base_ref import BASE_KEY, CONTENT_DELTA_MINOR
-from lazystore._native.chunk_digests import DIGEST_KEY
 from lazystore._native.entry_rules import size_problem
 from lazystore.codecs import RAW, Codec, CodecBase, codec_for
 from lazystore.codecs.sealed import sealed_codec_of
@@ -332,11 +331,10 @@ class Writer(TensorWriter):
         try:
             if self._base is not None and self._base.used:
                 self.system_metadata[BASE_KEY] = self._base.ref.to_json()
-            # The member says what the records hold: this writer's, never one copied from another file.
-            self.system_metadata.pop(DIGEST_KEY, None)
-            if self._hashing.algorithm is not None:
-                self.system_metadata[DIGEST_KEY] = self._hashing.member()
-            system = self.system_metadata if self._sealing is None else self._sealing.with_member(self.system_metadata)
+            # Each member says what this writer's records and chunks hold: never one copied from another file.
+            system = self._hashing.with_member(self.system_metadata)
+            if self._sealing is not None:
+                system = self._sealing.with_member(system)
             self._pad_to_alignment()
             index_offset = self._pos
             index = fmt.encode_index(
