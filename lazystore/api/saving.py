@@ -171,7 +171,6 @@ def save(obj: object, path: Target, *, compression: str | None = None, compressi
     return None
 
 
-
 def save_async(obj: object, path: str | os.PathLike, *, compression: str | None = None,
                compression_level: int | None = None, metadata: Mapping[str, Any] | None = None,
                storage_options: Mapping[str, Any] | None = None, max_shard_size: int | None = None,
@@ -229,7 +228,6 @@ def save_async(obj: object, path: str | os.PathLike, *, compression: str | None 
     return background.DEFAULT.save_async(obj, open_writer, background.write_prepared)
 
 
-
 def _writer_opener(obj: object, path: Target, *, compression: str | None, compression_level: int | None,
                    metadata: Mapping[str, Any] | None, storage_options: Mapping[str, Any] | None,
                    max_shard_size: int | None, base: str | os.PathLike | None, encryption_key: Key | None,
@@ -267,7 +265,6 @@ def _writer_opener(obj: object, path: Target, *, compression: str | None, compre
                    metadata=metadata, **writer_options)
 
 
-
 # save's own keywords, for the close match of a misspelt one.
 _SAVE_KEYWORDS = tuple(p.name for p in inspect.signature(save).parameters.values() if p.kind is p.KEYWORD_ONLY)
 
@@ -282,7 +279,6 @@ def _save_to_file_object(obj: object, f: BinaryIO, **options: Any) -> None:
         save(obj, path, **options)
         with path.open("rb") as src:
             shutil.copyfileobj(src, f)
-
 
 
 def _check_safetensors(obj: object, path: Target, *, compression: str | None, base: object,
