@@ -24,6 +24,7 @@ import numpy as np
 
 from lazystore._native.entry_rules import (
     CONTENT_DELTA_CODEC,
+    EXPONENT_CODECS,
     SEALED_RAW_CODEC,
     TAG_BYTES,
     Description,
@@ -36,6 +37,7 @@ from lazystore._native.entry_rules import (
     padding_end_of,
 )
 from lazystore.codecs import DELTA_CODEC_IDS, SEALED_CODEC_IDS
+from lazystore.codecs.float_planes import mode_bytes
 from lazystore.errors import FormatError
 
 # Batches up to this size find their distinct descriptions with a dict of
@@ -87,9 +89,10 @@ def check_batch(sections: Sections, layout: Layout, pos: np.ndarray, described: 
                         _U64(layout.data_start))
     delta = table.delta[desc_of]
     sealed_raw, sealed = table.sealed_raw[desc_of], table.sealed[desc_of]
+    exponent = table.exponent[desc_of]
     fields = Fields(rows[:, OFFSET], rows[:, STORED], raw, ~raw & ~sealed_raw, delta, table.content[desc_of], ~delta,
                     table.planes[desc_of], expected, pos == layout.n_tensors - 1, sealed_raw, sealed,
-                    sealed.astype(_U64) * _U64(TAG_BYTES))
+                    sealed.astype(_U64) * _U64(TAG_BYTES), exponent, table.modes[desc_of])
     broken, padding_end = chunk_and_place_rules(fields, chunks, layout)
     masks = np.vstack([~table.ok[desc_of]] + [verdict for _, verdict in broken])  # a row per rule, in order
     bad = np.flatnonzero(masks.any(axis=0))
@@ -133,9 +136,10 @@ def check_one(layout: Layout, pos: int, row: tuple, dims: tuple, stored: tuple, 
     expected = layout.data_start if previous is None else padding_end_of(previous[0], previous[1], layout, min)
     raw, delta, sealed_raw, sealed = d.codec == 0, d.codec in DELTA_CODEC_IDS, d.codec == SEALED_RAW_CODEC, \
         d.codec in SEALED_CODEC_IDS
+    exponent = d.codec in EXPONENT_CODECS
     fields = Fields(offset, stored_nbytes, raw, not (raw or sealed_raw), delta, d.codec == CONTENT_DELTA_CODEC,
                     not delta, d.planes, expected, pos == layout.n_tensors - 1, sealed_raw, sealed,
-                    TAG_BYTES if sealed else 0)
+                    TAG_BYTES if sealed else 0, exponent, mode_bytes(d.planes) if exponent else 0)
     broken, padding_end = chunk_and_place_rules(fields, One(stored, d.decoded), layout)
     message = first_broken(broken, offset, stored_nbytes)
     if message is not None:
@@ -260,7 +264,9 @@ class _DescriptionTable(NamedTuple):
     delta: np.ndarray  # bool: codec 2 or 3
     content: np.ndarray  # bool: codec 3
     sealed_raw: np.ndarray  # bool: codec 128
-    sealed: np.ndarray  # bool: codec 128 or 129
+    sealed: np.ndarray  # bool: codec 128, 129 or 132
+    exponent: np.ndarray  # bool: codec 4 or 132
+    modes: np.ndarray  # uint64: a codec-4 chunk's mode bytes with their padding, else 0
     planes: np.ndarray  # uint64
     decoded_at: np.ndarray  # int64: where its chunks' decoded lengths start in ``decoded``
     decoded: np.ndarray  # uint64, every description's decoded lengths, then a 0
@@ -276,6 +282,8 @@ class _DescriptionTable(NamedTuple):
                    np.array([d is not None and d.codec == CONTENT_DELTA_CODEC for d in good], bool),
                    np.array([d is not None and d.codec == SEALED_RAW_CODEC for d in good], bool),
                    np.array([d is not None and d.codec in SEALED_CODEC_IDS for d in good], bool),
+                   np.array([d is not None and d.codec in EXPONENT_CODECS for d in good], bool),
+                   np.array([mode_bytes(d.planes) if d and d.codec in EXPONENT_CODECS else 0 for d in good], _U64),
                    np.array([d.planes if d else 0 for d in good], _U64), decoded_at[:-1],
                    np.fromiter(chain(chain.from_iterable(lists), (0,)), _U64, int(decoded_at[-1]) + 1))
 

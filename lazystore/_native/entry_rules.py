@@ -24,8 +24,10 @@ import numpy as np
 
 from lazystore._core.chunking import ChunkGrid
 from lazystore._core.dtypes import BY_CODE
-from lazystore.codecs import CODECS_BY_ID, ContentDeltaPlanes, DeltaPlanes
-from lazystore.codecs.sealed import SEALED_BASE, SealedRaw
+from lazystore._native.layout import EXPONENT_MINOR
+from lazystore.codecs import CODECS_BY_ID, ContentDeltaPlanes, DeltaPlanes, FloatPlanes
+from lazystore.codecs.float_layout import LAYOUTS
+from lazystore.codecs.sealed import SEALED_BASE, SealedFloatPlanes, SealedRaw
 from lazystore.errors import FormatError
 
 MAX_NDIM = 64  # numpy's own limit
@@ -38,6 +40,8 @@ MAX_EXPANSION = 1 << 15
 DELTA_CODEC = DeltaPlanes.id  # format 1.2: a base identified by its index checksum
 CONTENT_DELTA_CODEC = ContentDeltaPlanes.id  # format 1.3: a base identified by its chunks' content
 SEALED_RAW_CODEC = SealedRaw.id  # format 1.4: codec 0, sealed (rule S1)
+# Format 1.5: codec 4 (float planes, the exponent Huffman-coded) and 132, codec 4 sealed (rule C6).
+EXPONENT_CODECS = frozenset({FloatPlanes.id, SealedFloatPlanes.id})
 TAG_BYTES = 16  # a sealed chunk's AES-GCM tag (rules S1, S2)
 
 
@@ -75,7 +79,7 @@ class Fields(NamedTuple):
     offset: Any  # data_offset
     stored_nbytes: Any
     raw: Any  # codec 0 (true or false)
-    compressed: Any  # codec 1, 2, 3 or 129: stored with a plane header
+    compressed: Any  # codec 1, 2, 3, 4, 129 or 132: stored with a plane header
     delta: Any  # codec 2 or 3: a chunk of no bytes is one equal to the base's
     content: Any  # codec 3: a delta against a base identified by content
     strict: Any  # not a delta: every compressed chunk holds its plane header
@@ -83,8 +87,10 @@ class Fields(NamedTuple):
     expected: Any  # where the previous tensor's padding ends (entry 0: the data region's start)
     last: Any  # the index's last entry (true or false)
     sealed_raw: Any = False  # codec 128: codec 0 sealed (rule S1)
-    sealed: Any = False  # codec 128 or 129 (format 1.4)
+    sealed: Any = False  # codec 128, 129 (format 1.4) or 132 (format 1.5)
     tag: Any = 0  # the bytes a sealed chunk adds to its inner one: 16 where sealed, else 0
+    exponent: Any = False  # codec 4 or 132 (format 1.5, rule C6)
+    modes: Any = 0  # the bytes of plane modes (and their padding) before a codec-4 chunk's plane lengths, else 0
 
 
 def describe(small: int, nbytes: int, count: int, extent: int, dims: tuple[int, ...]) -> Description:
@@ -112,6 +118,9 @@ def _check_small_fields(code: int, codec: int, ndim: int, axis: int, planes: int
         raise FormatError("raw tensor with byte planes")
     if codec != 0 and planes not in (1, BY_CODE[code].dtype.itemsize):
         raise FormatError("invalid byte plane count")
+    if codec in EXPONENT_CODECS and (code not in LAYOUTS or planes != LAYOUTS[code].planes):  # rule C6
+        raise FormatError(f"codec {codec} with dtype {BY_CODE[code].name} in {planes} planes (codec 4 stores "
+                          "float16, bfloat16 and float32 in as many planes as bytes, and the 8-bit floats)")
     if ndim > MAX_NDIM:
         raise FormatError(f"more than {MAX_NDIM} dimensions")
     if axis >= max(ndim, 1):
@@ -177,14 +186,14 @@ def chunk_and_place_rules(e: Fields, chunks, layout: Layout) -> tuple[Broken, An
     The message of L4 is a function of the entry's exact end. Where the
     padding ends is an int for one entry, an array for a batch."""
     limit = layout.data_end
-    four_planes = 4 * chunks.spread(e.planes)
+    header = 4 * chunks.spread(e.planes) + chunks.spread(e.modes)  # codec 4: its mode bytes too (C3)
     tag = chunks.spread(e.tag)  # rule S2: C3 applies to a sealed chunk less its tag
     strict = chunks.spread(e.strict)
     broken: Broken = [
         ("chunk lengths add up to more than the file", chunks.any(lambda s, d: s > limit)),  # C1
         ("raw chunk length differs from its decoded length", e.raw & chunks.any(lambda s, d: s != d)),  # C2
         ("compressed chunk shorter than its plane header",
-         e.compressed & chunks.any(lambda s, d: (s < four_planes + tag) & ((s != 0) | strict))),  # C3, S2
+         e.compressed & chunks.any(lambda s, d: (s < header + tag) & ((s != 0) | strict))),  # C3, S2
         ("compressed chunk claims an impossible expansion",
          e.compressed & chunks.any(lambda s, d: (d // MAX_EXPANSION + tag > s) & ((s != 0) | strict))),  # C3, S2
         (f"sealed raw chunk length is not its decoded length plus the {TAG_BYTES}-byte tag",
@@ -195,6 +204,8 @@ def chunk_and_place_rules(e: Fields, chunks, layout: Layout) -> tuple[Broken, An
          e.content & _older_than(layout, 3)),  # C5
         (f"codec {CONTENT_DELTA_CODEC} but chunk records without base checksums",
          e.content & (not layout.base_checksums)),  # C5
+        (f"codec 4 in a format 1.{layout.minor} file (codecs 4 and 132 are format 1.{EXPONENT_MINOR})",
+         e.exponent & _older_than(layout, EXPONENT_MINOR)),  # C6
         (f"sealed codec in a format 1.{layout.minor} file (codecs 128 and 129 are format 1.4)",
          e.sealed & _older_than(layout, 4)),  # S3
         (f"codec {CONTENT_DELTA_CODEC} in a file with chunk digests but chunk records without base digests",

@@ -31,16 +31,18 @@ FORMAT_MAJOR = 1
 # The newest minor version this package reads and writes (1.1 added dtype
 # codes 18-22, 1.2 codec 2: tensors stored as deltas against a base file,
 # 1.3 codec 3: deltas against a base identified by its content, 1.4 chunk
-# digests and sealed codecs).
+# digests and sealed codecs, 1.5 codec 4: float planes with a Huffman-coded
+# exponent, and its sealed twin 132).
 # A writer writes the oldest minor its file needs: BASE_MINOR unless a
 # tensor's dtype or codec is newer (docs/format.md §14), so a file that an
 # older 1.x reader can read also says it is for that reader.
-FORMAT_MINOR = 4
+FORMAT_MINOR = 5
 BASE_MINOR = 0
 # The newest minor a file without delta tensors can need (its dtypes'):
 # what an upload, which cannot rewrite its preamble, states.
 DTYPE_MINOR = 1
 TRUST_MINOR = 4  # the minor that added chunk digests and sealed (encrypted) codecs: issue 28
+EXPONENT_MINOR = 5  # the minor that added codec 4 (Huffman-coded exponents) and codec 132: issue 29
 DEFAULT_ALIGNMENT = 64  # tensor data starts here so mmap'd views are aligned
 MAX_INDEX_BYTES = 1 << 30  # refuse absurd indexes before allocating them
 TAIL_READ_BYTES = 64 << 10  # one read of the tail usually holds the whole index

@@ -49,7 +49,7 @@ def sealed_index(system_metadata: dict, entries: np.ndarray, minor: int | None, 
     sealed = np.isin(entries["codec"], sorted(SEALED_CODEC_IDS))
     if found is None:
         if sealed.any():
-            raise FormatError(f"sealed tensors (codec 128 or 129) but no {ENCRYPTION_KEY} member (rule S3)")
+            raise FormatError(f"sealed tensors (codec 128, 129 or 132) but no {ENCRYPTION_KEY} member (rule S3)")
         return None
     if minor is not None and minor < fmt.TRUST_MINOR:
         raise FormatError(f"a {ENCRYPTION_KEY} member in a format 1.{minor} file (it is format "

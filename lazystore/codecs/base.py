@@ -16,6 +16,9 @@ class CodecBase(ABC):
 
     id: ClassVar[int]
     name: ClassVar[str | None]
+    # The format minor version that introduced the codec: a file holding
+    # it is at least 1.<since> (docs/format.md §14).
+    since: ClassVar[int] = 0
 
     def planes_for(self, itemsize: int) -> int:
         """The byte planes recorded in the index for elements of ``itemsize`` bytes.
@@ -41,8 +44,26 @@ class Codec(CodecBase):
     raise FormatError for malformed input rather than produce more.
     """
 
+    def for_dtype(self, dtype: np.dtype) -> Codec:
+        """The codec a tensor of ``dtype`` is stored with when this one is
+        asked for: itself, unless it has no layout for ``dtype`` (codec 4
+        then gives codec 1).
+
+        Parameters
+        ----------
+        dtype : numpy.dtype
+            The tensor's dtype.
+
+        Returns
+        -------
+        Codec
+            The codec its chunks are encoded with.
+        """
+        return self
+
     @abstractmethod
-    def encode(self, chunk: np.ndarray, planes: int, is_float: bool) -> bytes | np.ndarray:
+    def encode(self, chunk: np.ndarray, planes: int, is_float: bool, *,
+               dtype: np.dtype | None = None) -> bytes | np.ndarray:
         """The stored bytes of one chunk.
 
         Parameters
@@ -53,6 +74,9 @@ class Codec(CodecBase):
             The byte-plane count recorded in the index (see :meth:`planes_for`).
         is_float : bool
             Whether the elements are floats: a codec may tune itself to them.
+        dtype : numpy.dtype, optional
+            The elements' dtype: a codec that lays planes out per dtype
+            (codec 4) needs it, the others ignore it.
 
         Returns
         -------
@@ -61,7 +85,8 @@ class Codec(CodecBase):
         """
 
     @abstractmethod
-    def decode_into(self, stored: bytes | memoryview | np.ndarray, out: np.ndarray, planes: int) -> None:
+    def decode_into(self, stored: bytes | memoryview | np.ndarray, out: np.ndarray, planes: int, *,
+                    dtype: np.dtype | None = None) -> None:
         """Decode a chunk's stored bytes into a caller's buffer.
 
         Parameters
@@ -72,6 +97,8 @@ class Codec(CodecBase):
             A 1-D uint8 array of the chunk's decoded size, filled exactly.
         planes : int
             The byte-plane count the index records for the chunk.
+        dtype : numpy.dtype, optional
+            The elements' dtype, as the index records it (see :meth:`encode`).
 
         Raises
         ------

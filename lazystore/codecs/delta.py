@@ -30,6 +30,7 @@ from functools import cache
 import numpy as np
 
 from lazystore._core.scratch import scratch
+from lazystore._native.base_ref import CONTENT_DELTA_MINOR, DELTA_MINOR
 from lazystore.codecs import compiled
 from lazystore.codecs.base import DeltaCodec
 from lazystore.codecs.zstd import ZstdPlanes
@@ -85,6 +86,7 @@ class DeltaPlanes(DeltaCodec):
 
     id = 2
     name = "delta"
+    since = DELTA_MINOR
 
     def planes_for(self, itemsize: int) -> int:
         return itemsize
@@ -122,6 +124,7 @@ class ContentDeltaPlanes(DeltaPlanes):
     """
 
     id = 3
+    since = CONTENT_DELTA_MINOR
 
 
 # Every codec whose chunks are differences from a base file's.

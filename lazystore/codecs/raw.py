@@ -11,10 +11,11 @@ class Raw(Codec):
     id = 0
     name = None
 
-    def encode(self, chunk: np.ndarray, planes: int, is_float: bool) -> np.ndarray:
+    def encode(self, chunk: np.ndarray, planes: int, is_float: bool, *, dtype: np.dtype | None = None) -> np.ndarray:
         return chunk
 
-    def decode_into(self, stored: bytes | memoryview | np.ndarray, out: np.ndarray, planes: int) -> None:
+    def decode_into(self, stored: bytes | memoryview | np.ndarray, out: np.ndarray, planes: int, *,
+                    dtype: np.dtype | None = None) -> None:
         out[:] = np.frombuffer(stored, dtype=np.uint8)
 
 

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from lazystore.codecs.base import Codec, CodecBase
 from lazystore.codecs.delta import ContentDeltaPlanes, DeltaPlanes
+from lazystore.codecs.float_planes import FloatPlanes
 from lazystore.codecs.raw import RAW
 from lazystore.codecs.sealed import SEALED_CODECS
 from lazystore.codecs.zstd import ZstdPlanes, check_level
 from lazystore.errors import InvalidInputError
 
 CODECS_BY_ID: dict[int, CodecBase] = {RAW.id: RAW, ZstdPlanes.id: ZstdPlanes(), DeltaPlanes.id: DeltaPlanes(),
-                                  ContentDeltaPlanes.id: ContentDeltaPlanes(), **SEALED_CODECS}
+                                  ContentDeltaPlanes.id: ContentDeltaPlanes(), FloatPlanes.id: FloatPlanes(),
+                                  **SEALED_CODECS}
+# The names ``compression=`` takes, and their codecs at a zstd level.
+_BY_NAME: dict[str, Callable[..., Codec]] = {"zstd": ZstdPlanes, "huffman": FloatPlanes}
 
 
 def codec_for(compression: str | Codec | None, level: int | None = None) -> Codec:
@@ -22,7 +28,10 @@ def codec_for(compression: str | Codec | None, level: int | None = None) -> Code
     Parameters
     ----------
     compression : str, Codec or None
-        None (or "none"), "zstd", or a Codec, returned as it is.
+        None (or "none"), "zstd", "huffman" (float planes with a
+        Huffman-coded exponent, format 1.5; a tensor of a dtype without a
+        float layout, an integer buffer say, is stored as "zstd"), or a
+        Codec, returned as it is.
     level : int or None, optional
         The zstd level; None tunes it per dtype.
 
@@ -41,6 +50,6 @@ def codec_for(compression: str | Codec | None, level: int | None = None) -> Code
         return RAW
     if isinstance(compression, Codec):
         return compression
-    if compression == "zstd":
-        return ZstdPlanes(level=level)
-    raise InvalidInputError(f"unknown compression {compression!r}; use None or 'zstd'")
+    if isinstance(compression, str) and compression in _BY_NAME:
+        return _BY_NAME[compression](level=level)
+    raise InvalidInputError(f"unknown compression {compression!r}; use None, 'zstd' or 'huffman'")

@@ -1,4 +1,4 @@
-"""Codecs 128 and 129 (format 1.4): codec 0 or 1, sealed.
+"""Codecs 128 and 129 (format 1.4): codec 0 or 1, sealed; codec 132 (format 1.5): codec 4, sealed.
 
 A sealed chunk is the inner codec's stored bytes encrypted with AES-256-GCM,
 then its 16-byte tag (docs/format.md, "Sealed (encrypted) chunks"). Its id
@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from lazystore._native.layout import EXPONENT_MINOR, TRUST_MINOR
 from lazystore.codecs.base import Codec, CodecBase
+from lazystore.codecs.float_planes import FloatPlanes
 from lazystore.codecs.raw import RAW
 from lazystore.codecs.zstd import ZstdPlanes
 
@@ -29,6 +31,7 @@ class Sealed(CodecBase):
     """Codec ``128 + inner.id``: ``inner``'s stored bytes, encrypted and tagged."""
 
     inner: ClassVar[Codec]
+    since: ClassVar[int] = TRUST_MINOR
 
     def planes_for(self, itemsize: int) -> int:
         return self.inner.planes_for(itemsize)
@@ -46,11 +49,18 @@ class SealedZstd(Sealed):
     inner = ZstdPlanes()  # decoding needs no level
 
 
-SEALED_CODECS: dict[int, Sealed] = {c.id: c for c in (SealedRaw(), SealedZstd())}
+class SealedFloatPlanes(Sealed):
+    id = SEALED_BASE + FloatPlanes.id
+    name = "sealed+huffman"
+    inner = FloatPlanes()  # decoding needs no level
+    since = EXPONENT_MINOR
+
+
+SEALED_CODECS: dict[int, Sealed] = {c.id: c for c in (SealedRaw(), SealedZstd(), SealedFloatPlanes())}
 SEALED_CODEC_IDS = frozenset(SEALED_CODECS)
 
 
 def sealed_codec_of(inner: CodecBase) -> Sealed:
-    """The sealed codec of the codec a chunk was encoded with (raw or zstd:
-    sealed deltas are not defined, and a writer that encrypts has no base)."""
+    """The sealed codec of the codec a chunk was encoded with (raw, zstd or
+    huffman: sealed deltas are not defined, and a writer that encrypts has no base)."""
     return SEALED_CODECS[SEALED_BASE + inner.id]

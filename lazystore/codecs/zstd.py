@@ -101,21 +101,21 @@ class ZstdPlanes(Codec):
     def planes_for(self, itemsize: int) -> int:
         return itemsize
 
-    def encode(self, chunk: np.ndarray, planes: int, is_float: bool) -> bytes:
+    def encode(self, chunk: np.ndarray, planes: int, is_float: bool, *, dtype: np.dtype | None = None) -> bytes:
         grouped = chunk.reshape(-1, planes).T if planes > 1 else chunk.reshape(1, -1)
-        setting = self.level if self.level is not None else "float-planes" if is_float else DEFAULT_LEVEL
-        cctx = _compressor(setting)
+        setting = plane_setting(self.level, is_float)
         stored: list[bytes | memoryview] = []
         for plane in grouped:
             # As a memoryview: the same bytes, no copy, and a buffer to the type
             # checker (numpy's and zstandard's stubs do not take an ndarray as one).
             plane_bytes = np.ascontiguousarray(plane).data
-            packed = cctx.compress(plane_bytes)
+            packed = compress_plane(plane_bytes, setting)
             stored.append(packed if len(packed) < plane_bytes.nbytes else plane_bytes)
         header = np.array([len(memoryview(s).cast("B")) for s in stored], dtype="<u4")
         return b"".join([header.tobytes(), *stored])
 
-    def decode_into(self, stored: bytes | memoryview | np.ndarray, out: np.ndarray, planes: int) -> None:
+    def decode_into(self, stored: bytes | memoryview | np.ndarray, out: np.ndarray, planes: int, *,
+                    dtype: np.dtype | None = None) -> None:
         decoded = self.decode_planes(stored, out, planes)
         if planes == 1:
             out[:] = np.frombuffer(decoded[0], dtype=np.uint8)
@@ -155,13 +155,34 @@ class ZstdPlanes(Codec):
             raise FormatError(f"corrupt chunk: {len(out)} bytes do not split into {planes} planes")
         decoded, pos = [], 4 * planes
         for length in lengths:
-            decoded.append(_decode_plane(stored[pos : pos + length], plane_len))
+            decoded.append(decode_plane(stored[pos : pos + length], plane_len))
             pos += length
         return decoded
 
 
-def _decode_plane(blob: memoryview, plane_len: int) -> bytes | memoryview:
-    """Plane bytes: the stored ones (raw) or zstd's (checked), not copied."""
+def plane_setting(level: int | None, is_float: bool):
+    """The zstd setting of a plane: ``level``, or, where it is None, the
+    float-plane one (:data:`FLOAT_PLANE_PARAMS`) for floats and
+    :data:`DEFAULT_LEVEL` for anything else."""
+    return level if level is not None else "float-planes" if is_float else DEFAULT_LEVEL
+
+
+def compress_plane(plane, setting) -> bytes:
+    """One zstd frame of a plane's bytes (any buffer), with a
+    :func:`plane_setting`; this thread's compressor for it is reused."""
+    return _compressor(setting).compress(plane)
+
+
+def decode_plane(blob: memoryview, plane_len: int) -> bytes | memoryview:
+    """Plane bytes: the stored ones (raw, when ``blob`` is ``plane_len``
+    long) or zstd's (one frame, checked as docs/format.md §9.2 says), not copied.
+
+    Raises
+    ------
+    FormatError
+        ``blob`` is longer than the plane, or is not one zstd frame of
+        exactly ``plane_len`` bytes.
+    """
     if len(blob) == plane_len:
         return blob
     if len(blob) > plane_len:

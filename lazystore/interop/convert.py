@@ -68,9 +68,9 @@ STORAGE_KEYS = frozenset({BASE_KEY, DIGEST_KEY, ENCRYPTION_KEY})
 # with when no compression is asked for: a delta tensor (codec 2 or 3) is only a
 # difference from its base, and zstd keeps the copy about as compact (the
 # writer still stores it raw when zstd would save less than 1%); a sealed one
-# (codec 128 or 129) is written as its inner codec, sealed again if the
+# (codec 128, 129 or 132) is written as its inner codec, sealed again if the
 # copy's writer encrypts.
-STANDALONE_CODECS = {"delta": "zstd", "sealed": None, "sealed+zstd": "zstd"}
+STANDALONE_CODECS = {"delta": "zstd", "sealed": None, "sealed+zstd": "zstd", "sealed+huffman": "huffman"}
 
 
 def carried_system_metadata(view: ViewBase) -> dict[str, Any]:
@@ -145,7 +145,7 @@ def output_codec(compression: str | None, info: TensorInfo) -> str | None:
     Parameters
     ----------
     compression : str or None
-        The copy's ``compression`` ("zstd", "none"), or None to keep each
+        The copy's ``compression`` ("zstd", "huffman", "none"), or None to keep each
         tensor's own.
     info : TensorInfo
         The tensor's info in the checkpoint copied.

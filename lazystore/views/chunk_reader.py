@@ -335,7 +335,8 @@ class ChunkReader:
             if entry.codec in DELTA_CODEC_IDS:
                 DELTA.add_into(blob, target, entry.planes, word_size(entry.dtype))
             else:
-                cast(Codec, CODECS_BY_ID[entry.codec]).decode_into(blob, target, entry.planes)  # not a delta
+                codec = cast(Codec, CODECS_BY_ID[entry.codec])  # not a delta
+                codec.decode_into(blob, target, entry.planes, dtype=entry.dtype)
         except FormatError as exc:
             raise FormatError(f"{_what(entry, c)}: {exc}") from None
 

@@ -1,10 +1,10 @@
-"""Opening a sealed chunk (codec 128 or 129, format 1.4) into place.
+"""Opening a sealed chunk (codec 128 or 129, format 1.4; 132, format 1.5) into place.
 
 The chunk's stored bytes are checked first, as any chunk's are (its xxh3,
 or its digest); then its tag is checked while it is decrypted, and only
 then is the plaintext decoded. A codec-128 chunk is decrypted straight
-into the tensor's memory, a codec-129 one into this thread's scratch
-memory and decoded from there as codec 1. A tag that fails leaves zeros,
+into the tensor's memory, a codec-129 or 132 one into this thread's scratch
+memory and decoded from there as codec 1 or 4. A tag that fails leaves zeros,
 never the unauthenticated plaintext, where the chunk was to go.
 """
 
@@ -30,6 +30,6 @@ def open_sealed(opener: Opener | None, entry: Entry, c: int, target, blob) -> No
     plain = scratch("open sealed", len(blob) - TAG_BYTES)  # rule S2: at least the tag
     opener.open_into(blob, plain, entry.name, c, g)
     try:
-        inner.decode_into(plain, target, entry.planes)
+        inner.decode_into(plain, target, entry.planes, dtype=entry.dtype)
     except FormatError as exc:
         raise FormatError(f"tensor {entry.name!r} chunk {c}: {exc}") from None

@@ -30,7 +30,7 @@ from lazystore._core.rechunk import rechunk
 from lazystore._native import layout as fmt
 from lazystore._native.base_ref import BASE_KEY, CONTENT_DELTA_MINOR
 from lazystore._native.entry_rules import size_problem
-from lazystore.codecs import RAW, Codec, CodecBase, codec_for
+from lazystore.codecs import RAW, Codec, CodecBase, ZstdPlanes, codec_for
 from lazystore.codecs.sealed import sealed_codec_of
 from lazystore.errors import ClosedError, InvalidInputError
 from lazystore.sinks import open_sink
@@ -64,8 +64,10 @@ class Writer(TensorWriter):
         ``gs://``, ``az://``, and ``memory://``): the object appears when
         its upload completes, and an error cancels it.
     compression : str, Codec or None, optional
-        The default codec: None (raw), "zstd", or a Codec; each
-        :meth:`add` may override it.
+        The default codec: None (raw), "zstd", "huffman" (float planes with
+        a Huffman-coded exponent, format 1.5: tensors of other dtypes than
+        float16, bfloat16, float32 and the 8-bit floats are stored as
+        "zstd"), or a Codec; each :meth:`add` may override it.
     compression_level : int, optional
         The zstd level (None: tuned per dtype).
     metadata : Mapping, optional
@@ -164,6 +166,8 @@ class Writer(TensorWriter):
         self._head_minor = max(fmt.BASE_MINOR if self._rewrite_head else fmt.DTYPE_MINOR, self._hashing.minor)
         if self._sealing is not None:  # encrypted: 1.4, known now, so an upload states it too
             self._head_minor = fmt.TRUST_MINOR
+        if self._rewrite_head is None:  # an upload states its codec's version too (1.5 for "huffman")
+            self._head_minor = max(self._head_minor, codec.since)
         self._minor = self._head_minor
         self._write(fmt.encode_preamble(self._head_minor))
 
@@ -253,7 +257,12 @@ class Writer(TensorWriter):
         problem = size_problem(shape, itemsize)
         if problem is not None:  # a file no reader could read (rules E7-E8)
             raise InvalidInputError(f"tensor {name!r} of shape {shape} cannot be stored: {problem}")
-        codec: CodecBase = self._codec if compression is _DEFAULT else codec_for(compression, self._level)
+        asked = self._codec if compression is _DEFAULT else codec_for(compression, self._level)
+        codec: CodecBase = asked.for_dtype(spec.dtype)  # "huffman" stores integers as "zstd"
+        if codec.since > self._head_minor and self._rewrite_head is None:
+            # An upload's preamble already states an older version: a codec
+            # newer than it (codec 4 asked per tensor) gives way to codec 1.
+            codec = ZstdPlanes(self._level)
         delta = self._base.plan(name, spec, shape) if self._base is not None else None
         grid = delta.grid if delta is not None else \
             ChunkGrid(shape, itemsize, *choose_grid(shape, itemsize, self._chunk_bytes))
@@ -272,7 +281,7 @@ class Writer(TensorWriter):
                 stored = window
                 if delta is not None:
                     # None: the first window says the tensor is better stored alone.
-                    alone = partial(_encode, codec, planes, spec.is_float)
+                    alone = partial(_encode, codec, planes, spec)
                     coded = delta.encode(window, len(lengths), codec, alone)
                     if coded is None:
                         delta = None
@@ -280,7 +289,7 @@ class Writer(TensorWriter):
                         stored, sums = coded
                         base_checksums += sums
                 if delta is None and codec is not RAW:
-                    encoded = run_all(partial(_encode, codec, planes, spec.is_float), window)
+                    encoded = run_all(partial(_encode, codec, planes, spec), window)
                     # Raw or compressed is decided on the first window (the
                     # whole tensor, unless it is larger than a window).
                     saved = 1 - sum(len(b) for b in encoded) / sum(len(c) for c in window)
@@ -304,7 +313,7 @@ class Writer(TensorWriter):
         if delta is not None:
             codec, planes = delta.base.codec, delta.planes
 
-        self._minor = max(self._minor, spec.since, CONTENT_DELTA_MINOR if delta is not None else 0)
+        self._minor = max(self._minor, spec.since, codec.since, CONTENT_DELTA_MINOR if delta is not None else 0)
         self._names.append(name)
         self._seen.add(name)
         self._dims.extend(shape)
@@ -411,8 +420,8 @@ class Writer(TensorWriter):
             self._write(bytes(pad))
 
 
-def _encode(codec, planes: int, is_float: bool, chunk):
-    return codec.encode(chunk, planes, is_float)
+def _encode(codec, planes: int, spec: DtypeSpec, chunk):
+    return codec.encode(chunk, planes, spec.is_float, dtype=spec.dtype)
 
 
 def _chunk_records(lengths: list[int], checksums: list[int], base_checksums: list[int], deltas: bool) -> np.ndarray:
