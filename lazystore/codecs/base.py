@@ -45,9 +45,9 @@ class Codec(CodecBase):
     """
 
     def for_dtype(self, dtype: np.dtype) -> Codec:
-        """The codec a tensor of ``dtype`` is stored with when this one is
-        asked for: itself, unless it has no layout for ``dtype`` (codec 4
-        then gives codec 1).
+        """The codec a tensor of ``dtype`` is stored with when this one is asked for.
+
+        Itself, unless it has no layout for ``dtype`` (codec 4 then gives codec 1).
 
         Parameters
         ----------

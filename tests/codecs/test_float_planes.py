@@ -356,3 +356,27 @@ def test_a_1_4_reader_refuses_a_1_5_file_as_a_newer_version(tmp_path, monkeypatc
     monkeypatch.delitem(CODECS_BY_ID, 132)
     with ls.open(path) as ck, pytest.raises(ls.UnsupportedVersionError, match=r"codec 4.*format 1\.5.*upgrade"):
         ck["w"]
+
+
+# -- real weights --------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype, at_least", [(np.float32, 1.22), (ml_dtypes.bfloat16, 1.50)], ids=["fp32", "bf16"])
+def test_real_weights_store_smaller_than_zstd(tmp_path, minilm, dtype, at_least):
+    # all-MiniLM-L6-v2's trained fp32 weights, and their bf16 rounding (to
+    # nearest even): design 29 §1.3 measured 1.2216 and 1.5042 of the raw
+    # size, against codec 1's 1.217 and 1.491. The int64 position_ids are left out, as there.
+    loaded = {k: np.asarray(v) for k, v in ls.load(minilm).items()}
+    tensors = {k: v.astype(dtype) for k, v in loaded.items() if v.dtype == np.float32}
+    assert len(tensors) == 103
+    raw = sum(a.nbytes for a in tensors.values())
+    stored = {}
+    for compression in ("zstd", "huffman"):
+        path = tmp_path / f"{compression}.lzy"
+        ls.save(tensors, path, compression=compression)
+        with ls.open(path) as ck:
+            stored[compression] = sum(ck.info(name).stored_nbytes for name in ck)
+            assert all(ck[name].tobytes() == a.tobytes() for name, a in tensors.items())
+    assert raw / stored["huffman"] >= at_least
+    assert stored["huffman"] < stored["zstd"]
