@@ -213,6 +213,24 @@ def test_a_writer_per_tensor_huffman(tmp_path):
     assert minor_of(tmp_path / "p.lzy") == 5
 
 
+def test_an_upload_states_1_5_from_its_first_bytes_when_it_may_hold_codec_4(tmp_path):
+    # An upload cannot rewrite its preamble: a Writer whose compression is
+    # "huffman" states 1.5 at once; one that is not keeps its older version,
+    # and stores a tensor asked to be "huffman" as zstd rather than break it.
+    fsspec = pytest.importorskip("fsspec")
+    w32 = weights(np.dtype(np.float32), 4000)
+    huffman, zstd = f"memory://codec4/{tmp_path.name}-h.lzy", f"memory://codec4/{tmp_path.name}-z.lzy"
+    with ls.Writer(huffman, compression="huffman") as w:
+        w.add("w", w32)
+    with ls.Writer(zstd, compression="zstd") as w:
+        w.add("w", w32, compression="huffman")
+    for url, minor, codec in ((huffman, 5, "huffman"), (zstd, 1, "zstd")):
+        data = fsspec.filesystem("memory").cat_file(url)
+        assert data[8:12] == data[-16:-12] == bytes([1, 0, minor, 0])
+        with ls.open(url) as ck:
+            assert ck.info("w").compression == codec and ck["w"].tobytes() == w32.tobytes()
+
+
 def test_unknown_compression_lists_huffman(tmp_path):
     with pytest.raises(ls.InvalidInputError, match="'zstd' or 'huffman'"):
         ls.save({"w": np.ones(3, np.float32)}, tmp_path / "x.lzy", compression="huffmann")
