@@ -141,7 +141,7 @@ def _split(chunk: np.ndarray, layout: FloatLayout) -> np.ndarray:
     return out
 
 
-def _code_plane(plane: np.ndarray, exponent: bool, only: bool, setting) -> tuple[int, bytes | memoryview]:
+def _code_plane(plane: np.ndarray, exponent: bool, only_plane: bool, setting) -> tuple[int, bytes | memoryview]:
     """A plane's mode and stored bytes (design §5): the exponent plane
     Huffman-coded (zstd where it is constant, whose one symbol Huffman
     cannot code), a one-plane dtype's the shorter of Huffman and zstd
@@ -154,7 +154,7 @@ def _code_plane(plane: np.ndarray, exponent: bool, only: bool, setting) -> tuple
         huffman = huffman_code.encode_plane(plane)
         if huffman is not None:
             candidates.append((MODE_HUFFMAN, huffman))
-        if huffman is None or only:
+        if huffman is None or only_plane:
             candidates.append((MODE_ZSTD, compress_plane(raw, setting)))
         best = min(candidates, key=lambda c: len(c[1]))
         return best if len(best[1]) < m else (MODE_RAW, raw)
