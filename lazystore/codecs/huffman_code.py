@@ -94,9 +94,10 @@ def code_lengths(counts: np.ndarray, limit: int = WRITE_LIMIT) -> np.ndarray:
     # Package-merge keeps one list per length, deepest first: there only the
     # leaves, then at each shallower length the leaves merged with the pairs
     # ("packages") of the deeper list. The code is the first 2k-2 items of
-    # the shallowest list. Within any list the leaves are a sorted prefix-
-    # closed set, so only which items are leaves needs keeping, not what
-    # each package holds.
+    # the shallowest list. What is chosen of any list is a prefix of it, and
+    # its leaves come in weight order, so the chosen leaves are the lightest
+    # ones: only which items are leaves needs keeping, not what each package
+    # holds.
     leaf_flags = [np.ones(k, dtype=bool)]
     items = leaves
     for _ in range(limit - 1):

@@ -193,6 +193,7 @@ def _decode_stream(stream: memoryview, count: int, table: tuple[np.ndarray, np.n
         np.take(flat, after[o], out=state[o])
         state[o] |= np.uint64(1 << o)
     entries = _entries((state[:lmax] >> np.uint64(width)).astype(np.uint8).T)[:nseg]
+    # (bytes 0..3 of a little-endian word: the numpy paths refuse big-endian hosts, as today)
     starts_bits = state[entries, np.arange(nseg)].view(np.uint8).reshape(nseg, 8)[:, : width // 8]
     # (as bool: numpy's nonzero is several times faster on bool than on uint8)
     starts = np.flatnonzero(np.unpackbits(starts_bits, axis=1, bitorder="little").view(bool))

@@ -156,16 +156,30 @@ def test_lengths_optimal_under_a_binding_limit(counts, limit):
     assert bits == best
 
 
-def test_limit_binds_on_fibonacci_counts():
-    counts = np.zeros(256, dtype=np.int64)
+def fibonacci_counts() -> np.ndarray:
+    """Counts that unlimited Huffman gives codes up to 19 bits long."""
     fib = [1, 1]
     while len(fib) < 20:
         fib.append(fib[-1] + fib[-2])
-    counts[:20] = fib  # unlimited Huffman would need 19 bits
+    counts = np.zeros(256, dtype=np.int64)
+    counts[100:120] = fib
+    return counts
+
+
+def test_limit_binds_on_fibonacci_counts():
+    counts = fibonacci_counts()
     for limit in (5, 8, WRITE_LIMIT, MAX_LENGTH):
         lengths = code_lengths(counts, limit)
         check_code(counts, lengths, limit)
         assert lengths.max() == limit
+
+
+@pytest.mark.parametrize("limit", [5, WRITE_LIMIT, MAX_LENGTH])
+def test_round_trip_with_the_longest_codes(limit):
+    plane = np.random.default_rng(limit).permutation(np.arange(256, dtype=np.uint8).repeat(fibonacci_counts()))
+    blob = encode_plane(plane, limit=limit)
+    assert blob[1] == limit
+    np.testing.assert_array_equal(decode_plane(blob, len(plane)), plane)
 
 
 @pytest.mark.parametrize("counts", [[5], [0] * 256, [1] * 9])
@@ -294,6 +308,60 @@ def test_last_code_running_past_the_end_is_early():
     # needs bit 8, past the stream's end. 12 symbols give it 6.
     with pytest.raises(FormatError, match="stream 0 ends before its 6 symbols"):
         decode_plane(golden_with(12, 0xB2), 12)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), n=st.integers(1, 40))
+def test_damaged_planes_decode_or_are_refused(data, n):
+    # Bit flips, cuts and extensions of a valid plane: n symbols or FormatError, never another error.
+    plane = skewed_plane(np.random.default_rng(n), 40, 6, 0.7)
+    blob = bytearray(coded(plane, code_lengths(np.bincount(plane, minlength=256)), 3))
+    for at in data.draw(st.lists(st.integers(0, 8 * len(blob) - 1), max_size=3)):
+        blob[at // 8] ^= 1 << at % 8
+    blob = blob[: data.draw(st.integers(0, len(blob)))] + data.draw(st.binary(max_size=3))
+    try:
+        assert len(decode_plane(bytes(blob), n)) == n
+    except FormatError:
+        pass
+
+
+def bit_by_bit(stream: bytes, count: int, lengths: np.ndarray) -> list[int] | None:
+    """§3 read literally: one bit at a time, codes MSB-first; None for a
+    stream that ends early or late."""
+    codes = {(int(length), int(code)): symbol for symbol, (length, code)
+             in enumerate(zip(lengths, canonical_codes(lengths))) if length}
+    bits = [byte >> i & 1 for byte in stream for i in range(8)]
+    out, pos = [], 0
+    while len(out) < count:
+        value = length = 0
+        while (length, value) not in codes:
+            if pos == len(bits):
+                return None
+            value, length, pos = value << 1 | bits[pos], length + 1, pos + 1
+        out.append(codes[length, value])
+    return out if len(bits) - pos < 8 and not any(bits[pos:]) else None
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(counts=st.lists(st.integers(0, 50), min_size=256, max_size=256).filter(lambda c: sum(map(bool, c)) >= 2),
+       data=st.data())
+def test_streams_decode_as_read_bit_by_bit(counts, data):
+    # A valid stream, maybe damaged, and a symbol count maybe off by one:
+    # the numpy decoder agrees with §3 read literally, refusals included.
+    lengths = code_lengths(np.array(counts), MAX_LENGTH)
+    symbols = data.draw(st.lists(st.sampled_from(np.flatnonzero(lengths).tolist()), min_size=1, max_size=100))
+    stream = bytearray(huffman_ref.encode_streams(np.array(symbols, dtype=np.uint8), lengths, 1))
+    if data.draw(st.booleans()):
+        for at in data.draw(st.lists(st.integers(0, 8 * len(stream) - 1), max_size=2)):
+            stream[at // 8] ^= 1 << at % 8
+        stream = stream[: data.draw(st.integers(0, len(stream)))] + data.draw(st.binary(max_size=2))
+    count = max(1, len(symbols) + data.draw(st.integers(-1, 1)))
+    expected = bit_by_bit(bytes(stream), count, lengths)
+    if expected is None:
+        with pytest.raises(FormatError):
+            decode_plane(plane_header(lengths, 1) + stream, count)
+    else:
+        assert decode_plane(plane_header(lengths, 1) + stream, count).tolist() == expected
 
 
 # Real trained weights
