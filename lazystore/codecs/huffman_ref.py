@@ -59,7 +59,7 @@ def _pack(symbols: np.ndarray, reversed_codes: np.ndarray, lengths: np.ndarray) 
     nbits = 0
     for lo in range(0, len(symbols), PACK_BLOCK):
         block = symbols[lo : lo + PACK_BLOCK]
-        widths = widths_of[block]
+        widths = widths_of.take(block)
         ends = np.cumsum(widths)
         ends += nbits
         starts = ends - widths
@@ -70,8 +70,8 @@ def _pack(symbols: np.ndarray, reversed_codes: np.ndarray, lengths: np.ndarray) 
         # some code's start.
         word = starts >> 6
         shift = (starts & 63).astype(np.uint64)
-        values = reversed_codes[block]
-        first = np.flatnonzero(np.diff(word, prepend=-1))
+        values = reversed_codes.take(block)
+        first = np.flatnonzero(np.concatenate([[True], word[1:] != word[:-1]]))  # bool: numpy's fast nonzero
         words[word[first]] |= np.bitwise_or.reduceat(values << shift, first)
         spill = (values >> np.uint64(1)) >> (np.uint64(63) - shift)  # values >> (64 - shift), 0 for shift 0
         words[word[first] + 1] |= np.bitwise_or.reduceat(spill, first)
