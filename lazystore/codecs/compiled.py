@@ -16,7 +16,7 @@ from lazystore._core.distribution import rebuild_hint
 # ``dispatch``), as _kernels.c's INTERFACE: an editable install keeps the
 # module it built in place across later checkouts, and a module from before
 # a change must not be used as if it had it.
-INTERFACE = 2
+INTERFACE = 3
 
 import_error: str | None = None
 try:
