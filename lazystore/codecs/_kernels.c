@@ -197,8 +197,9 @@ static PyMethodDef methods[] = {
 };
 
 /* What lazystore/codecs/compiled.py expects of this module (the refusals
-   above, `dispatch`): bumped with it when the kernels' behaviour changes, so
-   an in-place build left over from an older checkout is not used. */
+   above, `dispatch`; from 3, codec 4's functions): bumped with it when the
+   kernels' behaviour changes, so an in-place build left over from an older
+   checkout is not used. */
 #define INTERFACE 3
 
 static int exec_module(PyObject *m) {
