@@ -99,7 +99,7 @@ const char *huff_plane_start(huff_plane *p, const huff_table *t, const uint8_t *
 
 static inline void refill(huff_reader *r) {
     uint64_t v = 0;
-    if (r->len >= 8 && r->pos <= r->len - 8) {
+    if (r->pos + 8 <= r->len) { /* pos stays within a few bytes of len: no wrap */
         v = load64(r->data + r->pos);
     } else if (r->pos < r->len) {
         memcpy(&v, r->data + r->pos, r->len - r->pos);
@@ -141,15 +141,21 @@ static inline __attribute__((always_inline)) void decode_streams(huff_reader *r,
         at[s] = 0;
     }
     for (;;) {
-        int room = 1;
-        for (int s = 0; s < S; s++) room &= want[s] - at[s] >= 16;
-        if (!room) break;
+        /* Rounds that cannot pass any stream's end (16 symbols at most each). */
+        size_t rounds = SIZE_MAX;
         for (int s = 0; s < S; s++) {
-            refill(&st[s]);
-            at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
-            at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
-            at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
-            at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
+            size_t r = (want[s] - at[s]) / 16;
+            rounds = r < rounds ? r : rounds;
+        }
+        if (rounds == 0) break;
+        for (; rounds > 0; rounds--) {
+            for (int s = 0; s < S; s++) {
+                refill(&st[s]);
+                at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
+                at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
+                at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
+                at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
+            }
         }
     }
     for (int s = 0; s < S; s++) {
