@@ -126,8 +126,9 @@ PyObject *huffman_encode(PyObject *Py_UNUSED(self), PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*y*i", &plane, &lens, &nstreams)) return NULL;
     PyObject *result = NULL;
     const char *why = NULL;
-    size_t n = (size_t)plane.len, q = 0, count[HUFF_MAX_STREAMS], bytes[HUFF_MAX_STREAMS], total = 0;
-    uint16_t rev[256];
+    unsigned lmax = 0;
+    size_t n = (size_t)plane.len, q = 0, bytes[HUFF_MAX_STREAMS];
+    uint32_t codes[256], seen = 0;
     const uint8_t *src = plane.buf, *lengths = lens.buf;
     if (lens.len != 256) {
         PyErr_Format(PyExc_ValueError, "the code lengths are 256 bytes, not %zd", lens.len);
@@ -142,54 +143,48 @@ PyObject *huffman_encode(PyObject *Py_UNUSED(self), PyObject *args) {
         PyErr_Format(PyExc_ValueError, "%d streams of %zu symbols leave a stream without symbols", nstreams, n);
         goto done;
     }
-    if ((why = huff_check_lengths(lengths)) != NULL) {
+    if ((why = huff_check_lengths(lengths, &lmax)) != NULL) {
         PyErr_SetString(PyExc_ValueError, why);
         goto done;
     }
-    int missing = -1;
-    Py_BEGIN_ALLOW_THREADS
-    for (int s = 0; s < nstreams && missing < 0; s++) {
-        uint64_t counts[256], bits = 0;
-        count[s] = s + 1 < nstreams ? q : n - (size_t)s * q;
-        huff_histogram(src + (size_t)s * q, count[s], counts);
-        for (int v = 0; v < 256; v++) {
-            if (counts[v] && !lengths[v]) missing = v;
-            bits += counts[v] * lengths[v];
-        }
-        bytes[s] = (size_t)((bits + 7) / 8);
-        total += bytes[s];
-    }
-    Py_END_ALLOW_THREADS
-    if (missing >= 0) {
-        PyErr_Format(PyExc_ValueError, "symbol %d is in the plane but has no code", missing);
-        goto done;
-    }
-    for (int s = 0; s < nstreams; s++) {
-        if (bytes[s] > UINT32_MAX) {
-            PyErr_Format(PyExc_ValueError, "Huffman stream %d would be %zu bytes, over a u32", s, bytes[s]);
-            goto done;
-        }
-    }
-    size_t head = 4 * (size_t)(nstreams - 1);
-    if (total > (size_t)PY_SSIZE_T_MAX - head - 8) {
+    /* Room for the longest codes everywhere (the streams go back to back,
+       each after the last one's end), 8 bytes for the word stores past the
+       end, and the buffer cut to what was written. */
+    size_t head = 4 * (size_t)(nstreams - 1), room = n / 8 * lmax + lmax + (size_t)nstreams + 8;
+    if (n > (size_t)PY_SSIZE_T_MAX / 16 - head) {
         PyErr_SetString(PyExc_OverflowError, "the Huffman streams are more bytes than a buffer holds");
         goto done;
     }
-    /* 8 bytes of room past the end for the encoder's word stores, cut after. */
-    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(head + total + 8));
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(head + room));
     if (result == NULL) goto done;
-    uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(result);
-    huff_reversed_codes(lengths, rev);
+    uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(result), *at = dst + head;
+    huff_code_table(lengths, codes);
     Py_BEGIN_ALLOW_THREADS
-    /* In stream order: a stream's last store spills into the next one's
-       bytes, which that stream then writes. */
-    uint8_t *at = dst + head;
     for (int s = 0; s < nstreams; s++) {
-        if (s + 1 < nstreams) store32(dst + 4 * s, (uint32_t)bytes[s]);
-        at += huff_encode_stream(src + (size_t)s * q, count[s], rev, lengths, at);
+        size_t count = s + 1 < nstreams ? q : n - (size_t)s * q;
+        bytes[s] = huff_encode_stream(src + (size_t)s * q, count, codes, at, &seen);
+        at += bytes[s];
     }
     Py_END_ALLOW_THREADS
-    if (_PyBytes_Resize(&result, (Py_ssize_t)(head + total)) < 0) result = NULL;
+    if (seen & HUFF_NO_CODE) {
+        for (size_t i = 0; i < n; i++) {
+            if (codes[src[i]] == HUFF_NO_CODE) {
+                PyErr_Format(PyExc_ValueError, "symbol %d is in the plane but has no code", src[i]);
+                break;
+            }
+        }
+        Py_CLEAR(result);
+        goto done;
+    }
+    for (int s = 0; s + 1 < nstreams; s++) {
+        if (bytes[s] > UINT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "Huffman stream %d is %zu bytes, over a u32", s, bytes[s]);
+            Py_CLEAR(result);
+            goto done;
+        }
+        store32(dst + 4 * s, (uint32_t)bytes[s]);
+    }
+    if (_PyBytes_Resize(&result, (Py_ssize_t)(at - dst)) < 0) result = NULL;
 done:
     PyBuffer_Release(&plane);
     PyBuffer_Release(&lens);

@@ -207,7 +207,7 @@ int huff_plane_finish(const huff_plane *p, char *msg, size_t size) {
     return 0;
 }
 
-const char *huff_check_lengths(const uint8_t lengths[256]) {
+const char *huff_check_lengths(const uint8_t lengths[256], unsigned *longest) {
     unsigned lmax = 0, k = 0;
     for (int i = 0; i < 256; i++) {
         if (lengths[i] > HUFF_MAX_LENGTH) return "a code length above 12";
@@ -219,60 +219,49 @@ const char *huff_check_lengths(const uint8_t lengths[256]) {
     for (int i = 0; i < 256; i++)
         if (lengths[i]) kraft += 1u << (lmax - lengths[i]);
     if (kraft != 1u << lmax) return "the code lengths break Kraft's equality (the code is not complete)";
+    *longest = lmax;
     return NULL;
 }
 
-void huff_reversed_codes(const uint8_t lengths[256], uint16_t rev[256]) {
+void huff_code_table(const uint8_t lengths[256], uint32_t codes[256]) {
     unsigned per_length[HUFF_MAX_LENGTH + 1] = {0}, first[HUFF_MAX_LENGTH + 1];
     for (int i = 0; i < 256; i++) per_length[lengths[i]]++;
     per_length[0] = 0;
     first_codes(per_length, HUFF_MAX_LENGTH, first);
     for (int i = 0; i < 256; i++)
-        rev[i] = lengths[i] ? (uint16_t)reverse_bits(first[lengths[i]]++, lengths[i]) : 0;
+        codes[i] = lengths[i] ? reverse_bits(first[lengths[i]]++, lengths[i]) | (uint32_t)lengths[i] << 16
+                              : HUFF_NO_CODE;
 }
 
-void huff_histogram(const uint8_t *src, size_t n, uint64_t counts[256]) {
-    /* Four tables, so that runs of one symbol do not wait on one counter. */
-    uint32_t part[4][256];
-    memset(part, 0, sizeof part);
-    memset(counts, 0, 256 * sizeof counts[0]);
-    size_t i = 0;
-    while (i < n) {
-        size_t stop = n - i > ((size_t)1 << 30) ? i + ((size_t)1 << 30) : n; /* no u32 counter overflows */
-        for (; i + 4 <= stop; i += 4) {
-            part[0][src[i]]++;
-            part[1][src[i + 1]]++;
-            part[2][src[i + 2]]++;
-            part[3][src[i + 3]]++;
-        }
-        for (; i < stop; i++) part[0][src[i]]++;
-        for (int v = 0; v < 256; v++) {
-            counts[v] += (uint64_t)part[0][v] + part[1][v] + part[2][v] + part[3][v];
-            part[0][v] = part[1][v] = part[2][v] = part[3][v] = 0;
-        }
-    }
-}
+/* One symbol's code ORed in at the buffer's bit count (a symbol without a
+   code adds no bits, and its flag to *flags). */
+#define PUT(c)                                                                                                         \
+    do {                                                                                                               \
+        uint32_t c_ = (c);                                                                                             \
+        flags |= c_;                                                                                                   \
+        buf |= (uint64_t)(c_ & 0xffff) << cnt;                                                                         \
+        cnt += (c_ >> 16) & 0xff;                                                                                      \
+    } while (0)
 
-size_t huff_encode_stream(const uint8_t *src, size_t n, const uint16_t *rev, const uint8_t *lengths, uint8_t *out) {
+size_t huff_encode_stream(const uint8_t *src, size_t n, const uint32_t *codes, uint8_t *out, uint32_t *seen) {
     uint8_t *o = out;
     uint64_t buf = 0;
     unsigned cnt = 0;
+    uint32_t flags = 0;
     size_t i = 0;
     for (; i + 4 <= n; i += 4) {
-        for (int j = 0; j < 4; j++) {
-            buf |= (uint64_t)rev[src[i + j]] << cnt;
-            cnt += lengths[src[i + j]];
-        }
+        PUT(codes[src[i]]);
+        PUT(codes[src[i + 1]]);
+        PUT(codes[src[i + 2]]);
+        PUT(codes[src[i + 3]]);
         store64(o, buf);
         o += cnt >> 3;
         buf >>= cnt & ~7u;
         cnt &= 7;
     }
-    for (; i < n; i++) {
-        buf |= (uint64_t)rev[src[i]] << cnt;
-        cnt += lengths[src[i]];
-    }
+    for (; i < n; i++) PUT(codes[src[i]]);
     /* The last bits (under 32 of them), and zero pad bits to the byte. */
     store64(o, buf);
+    *seen |= flags;
     return (size_t)(o - out) + (cnt + 7) / 8;
 }

@@ -55,15 +55,15 @@ INTERNAL int huff_plane_finish(const huff_plane *p, char *msg, size_t size);
 
 /* The encoder: a complete code from 256 lengths (0: absent), then each
    code bit-reversed, so that it is written LSB-first as deflate writes it. */
-INTERNAL const char *huff_check_lengths(const uint8_t lengths[256]);
-INTERNAL void huff_reversed_codes(const uint8_t lengths[256], uint16_t rev[256]);
+INTERNAL const char *huff_check_lengths(const uint8_t lengths[256], unsigned *lmax);
+/* codes[v]: v's code bit-reversed | its length << 16, or HUFF_NO_CODE. */
+#define HUFF_NO_CODE 0x80000000u
+INTERNAL void huff_code_table(const uint8_t lengths[256], uint32_t codes[256]);
 
-/* Histogram of n symbols (counts[256] is overwritten). */
-INTERNAL void huff_histogram(const uint8_t *src, size_t n, uint64_t counts[256]);
-
-/* n symbols into out, which has ceil(bits / 8) + 8 bytes of room (stores
-   are whole words); returns the bytes the stream takes. */
-INTERNAL size_t huff_encode_stream(const uint8_t *src, size_t n, const uint16_t *rev, const uint8_t *lengths,
-                                   uint8_t *out);
+/* n symbols into out, which has ceil(n * lmax / 8) + 8 bytes of room
+   (stores are whole words); returns the bytes the stream takes. A symbol
+   without a code sets HUFF_NO_CODE in *seen. */
+INTERNAL size_t huff_encode_stream(const uint8_t *src, size_t n, const uint32_t *codes, uint8_t *out,
+                                   uint32_t *seen);
 
 #endif
