@@ -204,6 +204,22 @@ def test_a_twelve_bit_code_reads_bit_by_bit():
     np.testing.assert_array_equal(out, plane)
 
 
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 1001])
+def test_every_symbol_at_twelve_bits(n):
+    # The encoder's buffer is sized for the longest codes everywhere: a plane
+    # of only the two 12-bit symbols of a Fibonacci-like code fills it.
+    counts = [1, 1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144]
+    lengths = code_lengths(np.repeat(np.arange(13, dtype=np.uint8), counts), limit=12)
+    assert lengths[0] == lengths[1] == 12
+    plane = np.random.default_rng(n).integers(0, 2, n).astype(np.uint8)
+    blob = kernels.huffman_encode(plane, lengths.tobytes(), 1)
+    assert len(blob) == -(-12 * n // 8)
+    present = np.flatnonzero(lengths)
+    out = np.empty(n, dtype=np.uint8)
+    kernels.float_decode(out, PLAIN, [(bytes(present.astype(np.uint8)), bytes(lengths[present]), 12, (blob,))])
+    np.testing.assert_array_equal(out, plane)
+
+
 # ---- float_decode round trips ----
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
