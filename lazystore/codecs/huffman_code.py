@@ -322,10 +322,9 @@ def encode_plane(plane: np.ndarray, limit: int = WRITE_LIMIT, streams: int = WRI
         return None
     lengths = code_lengths(counts, limit)
     nstreams = stream_count(len(plane), streams)
-    # TODO(merge): INTERFACE 3 guarantees it
-    encode = getattr(compiled.kernels, "huffman_encode", None)
-    if encode is not None:
-        coded = encode(plane, lengths.tobytes(), nstreams)
+    kernels = compiled.kernels
+    if kernels is not None:
+        coded = kernels.huffman_encode(plane, lengths.tobytes(), nstreams)
     else:
         coded = huffman_ref.encode_streams(plane, lengths, nstreams)
     return plane_header(lengths, nstreams) + coded
@@ -355,13 +354,12 @@ def decode_plane(blob: memoryview, n: int) -> np.ndarray:
     from lazystore.codecs import huffman_ref  # here: it imports this module's table side
 
     parsed = parse_plane(blob, n)
-    # TODO(merge): INTERFACE 3 guarantees it
-    decode = getattr(compiled.kernels, "float_decode", None)
-    if decode is None:
+    kernels = compiled.kernels
+    if kernels is None:
         return huffman_ref.decode_streams(parsed, n)
     out = np.empty(n, dtype=np.uint8)
     try:
-        decode(out, _LAYOUT_PLAIN, [parsed])
+        kernels.float_decode(out, _LAYOUT_PLAIN, [parsed])
     except ValueError as exc:  # the kernel's refusals are the bytes' fault
         raise FormatError(f"Huffman plane: {exc}") from exc
     return out

@@ -2,7 +2,8 @@
 float_split against the layout formulas of docs/design/29-exponent-coder.md
 §2, huffman_encode's bytes against a bit-by-bit reading of §3 written here,
 float_decode's round trips (random, exponent-like and MiniLM's trained
-weights), and every refusal, a mutated stream included."""
+weights), every refusal, a mutated stream included, and agreement with the
+numpy reference (lazystore/codecs/huffman_ref.py) both ways."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazystore.codecs import compiled
+from lazystore.codecs import compiled, huffman_code, huffman_ref
+from lazystore.errors import FormatError
 
 kernels = compiled.kernels
 pytestmark = pytest.mark.skipif(kernels is None, reason="the C kernels are not built here")
@@ -437,3 +439,60 @@ def test_mutated_planes_are_refused_or_decoded(data):
         kernels.float_decode(out, layout, planes)
     except ValueError:
         return
+
+
+# ---- the kernels against the numpy reference (lazystore/codecs/huffman_ref.py) ----
+
+def exponent_plane(values, n: int, seed: int) -> np.ndarray:
+    chunk = values(ml_dtypes.bfloat16, n, seed).view(np.uint8)
+    return split_reference(chunk, BF16, 2)[1].copy()
+
+
+@pytest.mark.parametrize("values", [exponent_like, random_bits])
+@pytest.mark.parametrize("n", [3, 1000, 70_001])
+@pytest.mark.parametrize("wanted", [1, 4, 8])
+def test_the_kernels_and_the_numpy_reference_agree_both_ways(values, n, wanted):
+    plane = exponent_plane(values, n, n + wanted)
+    plane[0] = plane[1] ^ 1  # two symbols at least
+    lengths = huffman_code.code_lengths(np.bincount(plane, minlength=256))
+    nstreams = huffman_code.stream_count(n, wanted)
+    ours = kernels.huffman_encode(plane, lengths.tobytes(), nstreams)
+    assert ours == huffman_ref.encode_streams(plane, lengths, nstreams)
+    parsed = huffman_code.parse_plane(memoryview(huffman_code.plane_header(lengths, nstreams) + ours), n)
+    np.testing.assert_array_equal(huffman_ref.decode_streams(parsed, n), plane)
+    out = np.empty(n, dtype=np.uint8)
+    kernels.float_decode(out, PLAIN, [parsed])  # a HuffmanPlane, as the codec passes it
+    np.testing.assert_array_equal(out, plane)
+
+
+REF_PLANE = exponent_plane(exponent_like, 2000, 5)
+REF_LENGTHS = huffman_code.code_lengths(np.bincount(REF_PLANE, minlength=256))
+REF_BLOB = huffman_code.plane_header(REF_LENGTHS, 4) + kernels.huffman_encode(REF_PLANE, REF_LENGTHS.tobytes(), 4) \
+    if kernels is not None else b""
+
+
+@settings(max_examples=200, deadline=None)
+@given(flips=st.lists(st.integers(0, max(0, 8 * len(REF_BLOB) - 1)), min_size=1, max_size=3), cut=st.integers(0, 3))
+def test_the_kernels_and_the_numpy_reference_refuse_alike(flips, cut):
+    # Flipped bits anywhere in the plane (header, table, stream lengths,
+    # streams) and a cut end: the same symbols from both, or both refuse.
+    blob = bytearray(REF_BLOB)
+    for bit in flips:
+        blob[bit // 8] ^= 1 << (bit % 8)
+    blob = bytes(blob[: len(blob) - cut])
+    try:
+        parsed = huffman_code.parse_plane(memoryview(blob), REF_PLANE.size)
+    except FormatError:
+        return
+    try:
+        theirs = huffman_ref.decode_streams(parsed, REF_PLANE.size)
+    except FormatError:
+        theirs = None
+    ours = np.empty(REF_PLANE.size, dtype=np.uint8)
+    try:
+        kernels.float_decode(ours, PLAIN, [parsed])
+    except ValueError:
+        ours = None
+    assert (ours is None) == (theirs is None)
+    if ours is not None:
+        np.testing.assert_array_equal(ours, theirs)
