@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lazystore.codecs import compiled, huffman_ref
+from lazystore.codecs.huffman_canonical import canonical_codes
 from lazystore.codecs.huffman_code import (
     MAX_LENGTH,
     WRITE_LIMIT,
-    canonical_codes,
     code_lengths,
     decode_plane,
     encode_plane,
