@@ -7,9 +7,8 @@ plane's symbols. This module computes the code lengths (package-merge;
 the canonical codes are huffman_canonical's), writes and parses the header
 and table with every refusal §3 lists, and dispatches the streams to the C
 kernels where they are built, else to the numpy reference
-(:mod:`huffman_ref`). The two
-refusals about a stream's own bits (it ends early, it ends late) are the
-decoders', since only decoding finds them.
+(:mod:`huffman_ref`). The two refusals about a stream's own bits (it ends
+early, it ends late) are the decoders', since only decoding finds them.
 """
 
 from __future__ import annotations
