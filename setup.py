@@ -10,7 +10,9 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension("lazystore.codecs._kernels", ["lazystore/codecs/_kernels.c"],
+        Extension("lazystore.codecs._kernels",
+                  [f"lazystore/codecs/{name}.c" for name in ("_kernels", "_float_planes", "_huffman")],
+                  depends=["lazystore/codecs/_kernels.h", "lazystore/codecs/_huffman.h"],
                   extra_compile_args=["-O3"], optional=True),
     ],
 )

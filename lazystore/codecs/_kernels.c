@@ -9,7 +9,11 @@
    third of Blosc plus numpy's (the figures: docs/benchmarks.md, "Figures
    behind the code").
 
-   Both functions release the GIL: chunks are decoded on a thread pool.
+   The module also holds codec 4's kernels (float planes and their Huffman
+   coder), in _float_planes.c and _huffman.c beside this file; this file
+   keeps the module's definition and its method table.
+
+   Every function releases the GIL: chunks are decoded on a thread pool.
    The module is optional (setup.py builds it where a C compiler is found);
    lazystore/codecs/unshuffle.py falls back to Blosc and numpy without it.
 
@@ -20,41 +24,9 @@
    that overlaps any plane is refused, since the loops read the planes
    while writing the output. */
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#include <string.h>
+#include "_kernels.h"
 
 #define MAX_PLANES 255
-
-/* Words are assembled and stored little-endian, lazystore's byte order,
-   through the host's own: a big-endian host does not build the module. */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-#error "lazystore's kernels need a little-endian host (without them lazystore uses Blosc and numpy)"
-#endif
-
-/* gcc makes an AVX2 copy of each loop beside the baseline one and picks
-   one at load time, so a build runs on any x86-64. The pick is an ifunc, a
-   GNU indirect function resolved by the dynamic loader: glibc's loader has
-   them, musl's (Alpine) and other C libraries' do not, and there gcc
-   refuses target_clones outright. __GLIBC__ comes from <features.h>, which
-   Python.h has included by now; elsewhere the loops are plain functions
-   (the baseline, still vectorised for SSE2 at -O3). `dispatch` in the
-   module (lazystore.show_config() prints it) says which was built. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
-#define KERNEL __attribute__((target_clones("avx2", "default")))
-#define DISPATCH "AVX2 or baseline x86-64 loops, picked at load by gcc's target_clones"
-#else
-#define KERNEL
-#define DISPATCH "loops built for this target only, no target_clones"
-#endif
-
-static inline void store32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static inline void store16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
-static inline void store64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-static inline uint32_t load32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-static inline uint16_t load16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
-static inline uint64_t load64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
 KERNEL static void unshuffle_2(const uint8_t *const *s, size_t n, uint8_t *out) {
     const uint8_t *a = s[0], *b = s[1];
@@ -82,6 +54,14 @@ static void unshuffle_any(const uint8_t *const *s, int p, size_t n, uint8_t *out
     }
 }
 
+void unshuffle_planes(const uint8_t *const *s, int p, size_t n, uint8_t *out) {
+    if (p == 1) memcpy(out, s[0], n);
+    else if (p == 2) unshuffle_2(s, n, out);
+    else if (p == 4) unshuffle_4(s, n, out);
+    else if (p == 8) unshuffle_8(s, n, out);
+    else unshuffle_any(s, p, n, out);
+}
+
 /* out word += unzigzag(word of the planes), modulo 2^bits (codec 2). */
 KERNEL static void add_unzigzag_2(const uint8_t *const *s, size_t n, uint8_t *out) {
     const uint8_t *a = s[0], *b = s[1];
@@ -105,14 +85,6 @@ KERNEL static void add_unzigzag_8(const uint8_t *const *s, size_t n, uint8_t *ou
         for (int j = 0; j < 8; j++) z |= (uint64_t)s[j][i] << (8 * j);
         store64(out + 8 * i, load64(out + 8 * i) + ((z >> 1) ^ (0ull - (z & 1ull))));
     }
-}
-
-/* Whether two buffers share a byte. Written with differences, not ends,
-   so no address + length can wrap; an empty buffer shares nothing. */
-static int overlaps(const Py_buffer *a, const Py_buffer *b) {
-    if (a->len == 0 || b->len == 0) return 0;
-    uintptr_t x = (uintptr_t)a->buf, y = (uintptr_t)b->buf;
-    return x >= y ? x - y < (uintptr_t)b->len : y - x < (uintptr_t)a->len;
 }
 
 static void release(Py_buffer *views, int count) {
@@ -194,16 +166,8 @@ static PyObject *run(PyObject *args, int zigzag) {
         if (p == 2) add_unzigzag_2(ptrs, n, dst);
         else if (p == 4) add_unzigzag_4(ptrs, n, dst);
         else add_unzigzag_8(ptrs, n, dst);
-    } else if (p == 1) {
-        memcpy(dst, ptrs[0], n);
-    } else if (p == 2) {
-        unshuffle_2(ptrs, n, dst);
-    } else if (p == 4) {
-        unshuffle_4(ptrs, n, dst);
-    } else if (p == 8) {
-        unshuffle_8(ptrs, n, dst);
     } else {
-        unshuffle_any(ptrs, p, n, dst);
+        unshuffle_planes(ptrs, p, n, dst);
     }
     Py_END_ALLOW_THREADS
     release(views, p);
@@ -220,13 +184,23 @@ static PyMethodDef methods[] = {
     {"add_unzigzag", add_unzigzag, METH_VARARGS,
      "add_unzigzag(planes, out): out's little-endian words (2, 4 or 8 bytes: one per plane) += the zigzag-decoded "
      "words the planes interleave into, modulo 2^bits."},
+    {"huffman_encode", huffman_encode, METH_VARARGS,
+     "huffman_encode(plane, lengths, nstreams) -> bytes: the plane's symbols in nstreams canonical Huffman streams "
+     "(codec 4's Huffman plane from byte T on: the u32 lengths of all streams but the last, then the streams); "
+     "lengths: 256 bytes, the code length of each symbol (0: absent)."},
+    {"float_split", float_split, METH_VARARGS,
+     "float_split(chunk, layout, planes, out): the chunk's elements into codec 4's planes (plane j at j * m in out)."},
+    {"float_decode", float_decode, METH_VARARGS,
+     "float_decode(out, layout, planes): codec 4's planes back into elements; a plane is m bytes, or a Huffman plane "
+     "as (symbols, lengths, lmax, streams), decoded block by block into the elements."},
     {NULL, NULL, 0, NULL},
 };
 
 /* What lazystore/codecs/compiled.py expects of this module (the refusals
-   above, `dispatch`): bumped with it when the kernels' behaviour changes, so
-   an in-place build left over from an older checkout is not used. */
-#define INTERFACE 2
+   above, `dispatch`; from 3, codec 4's functions): bumped with it when the
+   kernels' behaviour changes, so an in-place build left over from an older
+   checkout is not used. */
+#define INTERFACE 3
 
 static int exec_module(PyObject *m) {
     if (PyModule_AddIntConstant(m, "INTERFACE", INTERFACE) < 0) return -1;

@@ -13,10 +13,10 @@ from __future__ import annotations
 from lazystore._core.distribution import rebuild_hint
 
 # What this side relies on the kernels for (their refusals, their
-# ``dispatch``), as _kernels.c's INTERFACE: an editable install keeps the
+# ``dispatch``; from 3, codec 4's float planes), as _kernels.c's INTERFACE: an editable install keeps the
 # module it built in place across later checkouts, and a module from before
 # a change must not be used as if it had it.
-INTERFACE = 2
+INTERFACE = 3
 
 import_error: str | None = None
 try:

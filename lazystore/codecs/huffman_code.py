@@ -3,12 +3,12 @@ side shared by the encoder and both decoders.
 
 A Huffman plane (docs/design/29-exponent-coder.md, §3) is a small header
 and code table followed by ``S`` streams that code consecutive runs of the
-plane's symbols. This module computes the code (package-merge code lengths,
-deflate's canonical codes), writes and parses the header and table with
-every refusal §3 lists, and dispatches the streams to the C kernels where
-they are built, else to the numpy reference (:mod:`huffman_ref`). The two
-refusals about a stream's own bits (it ends early, it ends late) are the
-decoders', since only decoding finds them.
+plane's symbols. This module computes the code lengths (package-merge;
+the canonical codes are huffman_canonical's), writes and parses the header
+and table with every refusal §3 lists, and dispatches the streams to the C
+kernels where they are built, else to the numpy reference
+(:mod:`huffman_ref`). The two refusals about a stream's own bits (it ends
+early, it ends late) are the decoders', since only decoding finds them.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from typing import NamedTuple
 import numpy as np
 
 from lazystore._core.short_reads import need
-from lazystore.codecs import compiled
+from lazystore.codecs import compiled, huffman_ref
+from lazystore.codecs.huffman_canonical import MAX_LENGTH
 from lazystore.errors import FormatError
 
 # The writer limits codes to 11 bits (design §1.3: within 0.1% of 12 bits'
 # ratio, and the kernel's 2^11-entry table stays in L1); the format allows 12.
 WRITE_LIMIT = 11
-MAX_LENGTH = 12
 # The format allows 1..8 interleaved streams; the writer uses 4, which the
 # kernel decodes in lockstep.
 MAX_STREAMS = 8
@@ -117,59 +117,6 @@ def code_lengths(counts: np.ndarray, limit: int = WRITE_LIMIT) -> np.ndarray:
         take = 2 * (take - chosen)
     out = np.zeros(256, dtype=np.uint8)
     out[order] = lengths
-    return out
-
-
-def canonical_codes(lengths256: np.ndarray) -> np.ndarray:
-    """Deflate's canonical codes for the given code lengths.
-
-    Parameters
-    ----------
-    lengths256 : numpy.ndarray
-        256 code lengths, 0 for an absent symbol.
-
-    Returns
-    -------
-    numpy.ndarray
-        256 uint32 codes (most significant bit first, ``lengths256[s]``
-        bits each); 0 for an absent symbol.
-    """
-    lengths = np.asarray(lengths256, dtype=np.int64)
-    present = np.flatnonzero(lengths)
-    by_code = present[np.lexsort((present, lengths[present]))]  # by (length, symbol)
-    top = int(lengths.max())
-    # Canonical codes are consecutive integers in (length, symbol) order,
-    # shifted left when the length grows: aligned to ``top`` bits, each is
-    # the Kraft sum of the codes before it.
-    span = np.int64(1) << (top - lengths[by_code])
-    aligned = np.cumsum(span) - span
-    codes = np.zeros(256, dtype=np.uint32)
-    codes[by_code] = aligned >> (top - lengths[by_code])
-    return codes
-
-
-def reverse_bits(values: np.ndarray, widths: np.ndarray | int) -> np.ndarray:
-    """Each value's low ``widths`` bits in reverse order.
-
-    Parameters
-    ----------
-    values : numpy.ndarray
-        Non-negative integers below ``2**widths``.
-    widths : numpy.ndarray or int
-        Bit widths, up to ``MAX_LENGTH``, one per value or one for all.
-
-    Returns
-    -------
-    numpy.ndarray
-        The reversed values, as int64.
-    """
-    values = np.asarray(values, dtype=np.int64)
-    widths = np.asarray(widths, dtype=np.int64)
-    out = np.zeros(values.shape, dtype=np.int64)
-    for bit in range(MAX_LENGTH):
-        # bit ``bit`` moves to ``width - 1 - bit``; past the width it is 0.
-        moved = (values >> bit) & 1
-        out |= np.where(bit < widths, moved << np.maximum(widths - 1 - bit, 0), 0)
     return out
 
 
@@ -314,18 +261,15 @@ def encode_plane(plane: np.ndarray, limit: int = WRITE_LIMIT, streams: int = WRI
         distinct symbols leave nothing to code (the writer stores such a
         plane another way).
     """
-    from lazystore.codecs import huffman_ref  # here: it imports this module's table side
-
     plane = np.ascontiguousarray(plane, dtype=np.uint8).reshape(-1)
     counts = np.bincount(plane, minlength=256)
     if np.count_nonzero(counts) < 2:
         return None
     lengths = code_lengths(counts, limit)
     nstreams = stream_count(len(plane), streams)
-    # TODO(merge): INTERFACE 3 guarantees it
-    encode = getattr(compiled.kernels, "huffman_encode", None)
-    if encode is not None:
-        coded = encode(plane, lengths.tobytes(), nstreams)
+    kernels = compiled.kernels
+    if kernels is not None:
+        coded = kernels.huffman_encode(plane, lengths.tobytes(), nstreams)
     else:
         coded = huffman_ref.encode_streams(plane, lengths, nstreams)
     return plane_header(lengths, nstreams) + coded
@@ -352,16 +296,13 @@ def decode_plane(blob: memoryview, n: int) -> np.ndarray:
         The plane breaks design §3: a bad header or table, or a stream that
         ends before its symbols or runs on after them.
     """
-    from lazystore.codecs import huffman_ref  # here: it imports this module's table side
-
     parsed = parse_plane(blob, n)
-    # TODO(merge): INTERFACE 3 guarantees it
-    decode = getattr(compiled.kernels, "float_decode", None)
-    if decode is None:
+    kernels = compiled.kernels
+    if kernels is None:
         return huffman_ref.decode_streams(parsed, n)
     out = np.empty(n, dtype=np.uint8)
     try:
-        decode(out, _LAYOUT_PLAIN, [parsed])
+        kernels.float_decode(out, _LAYOUT_PLAIN, [parsed])
     except ValueError as exc:  # the kernel's refusals are the bytes' fault
         raise FormatError(f"Huffman plane: {exc}") from exc
     return out

@@ -8,12 +8,16 @@ Python loop per symbol or per bit.
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lazystore._core.scratch import scratch
-from lazystore.codecs.huffman_code import HuffmanPlane, canonical_codes, reverse_bits
+from lazystore.codecs.huffman_canonical import canonical_codes, reverse_bits
 from lazystore.errors import FormatError
+
+if TYPE_CHECKING:  # huffman_code imports this module to call it
+    from lazystore.codecs.huffman_code import HuffmanPlane
 
 
 def encode_streams(plane: np.ndarray, lengths256: np.ndarray, nstreams: int) -> bytes:

@@ -1,0 +1,267 @@
+/* Codec 4's canonical Huffman coder (docs/design/29-exponent-coder.md §3
+   for the bytes, §4 for this design).
+
+   Decoding: one table lookup gives up to 4 symbols (entry bytes, see
+   _huffman.h), and the plane's S streams are read in lockstep, so their
+   lookups, independent of one another, overlap in the CPU. Each stream's
+   64-bit bit buffer is refilled by one unaligned load while 8 bytes remain
+   (Giesen's "variant 4"); nearer the end the remaining bytes are copied
+   into a zeroed word, so no read passes a stream's end and the stream reads
+   as zeros after it. Bits taken past the end are caught afterwards: a
+   stream that used more bits than it has ends early, one with a whole byte
+   or non-zero bits left after its last symbol ends late.
+
+   Encoding: codes are written MSB-first into an LSB-first bit stream
+   (deflate's order), so each code is stored bit-reversed and ORed in at the
+   buffer's bit count; four codes (at most 48 bits) between word stores. */
+
+#include "_huffman.h"
+
+static unsigned reverse_bits(unsigned v, unsigned n) {
+    unsigned r = 0;
+    for (unsigned i = 0; i < n; i++) r |= ((v >> i) & 1u) << (n - 1 - i);
+    return r;
+}
+
+/* Deflate's canonical codes: by (length, symbol), consecutive integers,
+   shifted left when the length grows. first[L]: the first code of length L. */
+static void first_codes(const unsigned *per_length, int lmax, unsigned *first) {
+    unsigned code = 0;
+    first[0] = 0;
+    for (int len = 1; len <= lmax; len++) {
+        code = (code + per_length[len - 1]) << 1;
+        first[len] = code;
+    }
+}
+
+const char *huff_build_table(huff_table *t, const uint8_t *symbols, const uint8_t *lengths, size_t k, long lmax) {
+    if (lmax < 1 || lmax > HUFF_MAX_LENGTH) return "Lmax outside 1..12";
+    if (k < 2 || k > 256) return "a Huffman code needs 2 to 256 symbols";
+    unsigned per_length[HUFF_MAX_LENGTH + 1] = {0};
+    uint32_t kraft = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (i > 0 && symbols[i] <= symbols[i - 1]) return "the code's symbols are not strictly ascending";
+        if (lengths[i] < 1 || lengths[i] > lmax) return "a code length outside 1..Lmax";
+        per_length[lengths[i]]++;
+        kraft += 1u << (lmax - lengths[i]);
+    }
+    if (kraft != 1u << lmax) return "the code lengths break Kraft's equality (the code is not complete)";
+    if (per_length[lmax] == 0) return "no code is Lmax bits long";
+
+    unsigned first[HUFF_MAX_LENGTH + 1];
+    first_codes(per_length, (int)lmax, first);
+    size_t size = (size_t)1 << lmax;
+    uint8_t sym_at[1 << HUFF_MAX_LENGTH], len_at[1 << HUFF_MAX_LENGTH];
+    /* Kraft's equality makes the canonical code complete: every index is
+       filled exactly once; the memset only keeps a bug from reading garbage. */
+    memset(len_at, 0, sizeof len_at);
+    memset(sym_at, 0, sizeof sym_at);
+    for (size_t i = 0; i < k; i++) {
+        unsigned len = lengths[i], r = reverse_bits(first[len]++, len);
+        for (size_t idx = r; idx < size; idx += (size_t)1 << len) {
+            sym_at[idx] = symbols[i];
+            len_at[idx] = (uint8_t)len;
+        }
+    }
+    t->lmax = (int)lmax;
+    for (size_t idx = 0; idx < size; idx++) {
+        /* Whole codes, greedily, as long as each fits in the Lmax bits (the
+           bits above `used` are zeros here, so a longer code is not real). */
+        uint64_t e = 0;
+        unsigned used = 0, n = 0;
+        while (n < 4) {
+            size_t rest = idx >> used;
+            unsigned len = len_at[rest];
+            if (len == 0 || len > (unsigned)lmax - used) break;
+            e |= (uint64_t)sym_at[rest] << (8 * n);
+            n++;
+            used += len;
+        }
+        t->entry[idx] = e | (uint64_t)n << 32 | (uint64_t)used << 40 | (uint64_t)len_at[idx] << 48;
+    }
+    return NULL;
+}
+
+const char *huff_plane_start(huff_plane *p, const huff_table *t, const uint8_t *const *streams, const size_t *lens,
+                             int nstreams, size_t n) {
+    if (nstreams < 1 || nstreams > HUFF_MAX_STREAMS) return "a Huffman plane has 1 to 8 streams";
+    size_t q = n / (size_t)nstreams + (n % (size_t)nstreams != 0);
+    if ((size_t)(nstreams - 1) * q >= n) return "the stream count leaves a stream without symbols";
+    p->table = t;
+    p->nstreams = nstreams;
+    p->q = q;
+    for (int s = 0; s < nstreams; s++) {
+        p->count[s] = s + 1 < nstreams ? q : n - (size_t)s * q;
+        p->stream[s] = (huff_reader){streams[s], lens[s], 0, 0, 0};
+    }
+    return NULL;
+}
+
+static inline void refill(huff_reader *r) {
+    uint64_t v = 0;
+    if (r->pos + 8 <= r->len) { /* pos stays within a few bytes of len: no wrap */
+        v = load64(r->data + r->pos);
+    } else if (r->pos < r->len) {
+        memcpy(&v, r->data + r->pos, r->len - r->pos);
+    }
+    r->buf |= v << r->cnt;
+    r->pos += (63 - r->cnt) >> 3;
+    r->cnt |= 56;
+}
+
+/* Up to 4 symbols at once: 4 bytes are stored, `count` of them kept. */
+static inline size_t take_entry(huff_reader *r, const uint64_t *table, uint64_t mask, uint8_t *dst) {
+    uint64_t e = table[r->buf & mask];
+    store32(dst, (uint32_t)e);
+    unsigned bits = (unsigned)(e >> 40) & 0xff;
+    r->buf >>= bits;
+    r->cnt -= bits;
+    return (size_t)(e >> 32) & 0xff;
+}
+
+/* One symbol: near a block's end, where a whole entry could go past it. */
+static inline void take_one(huff_reader *r, const uint64_t *table, uint64_t mask, uint8_t *dst) {
+    uint64_t e = table[r->buf & mask];
+    *dst = (uint8_t)e;
+    unsigned bits = (unsigned)(e >> 48) & 0xff;
+    r->buf >>= bits;
+    r->cnt -= bits;
+}
+
+/* S constant in each call (the switch below), so the streams' state stays
+   in registers. A refill leaves at least 56 bits, and 4 lookups take at
+   most 48; 16 symbols of room keep the 4-byte stores inside the block. */
+static inline __attribute__((always_inline)) void decode_streams(huff_reader *r, int S, const uint64_t *table,
+                                                                   uint64_t mask, const size_t *want,
+                                                                   uint8_t *const *dst) {
+    huff_reader st[HUFF_MAX_STREAMS];
+    size_t at[HUFF_MAX_STREAMS];
+    for (int s = 0; s < S; s++) {
+        st[s] = r[s];
+        at[s] = 0;
+    }
+    for (;;) {
+        /* Rounds that cannot pass any stream's end (16 symbols at most each). */
+        size_t rounds = SIZE_MAX;
+        for (int s = 0; s < S; s++) {
+            size_t r = (want[s] - at[s]) / 16;
+            rounds = r < rounds ? r : rounds;
+        }
+        if (rounds == 0) break;
+        for (; rounds > 0; rounds--) {
+            for (int s = 0; s < S; s++) {
+                refill(&st[s]);
+                at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
+                at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
+                at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
+                at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
+            }
+        }
+    }
+    for (int s = 0; s < S; s++) {
+        while (at[s] < want[s]) {
+            refill(&st[s]);
+            if (want[s] - at[s] >= 4) at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
+            else take_one(&st[s], table, mask, dst[s] + at[s]++);
+        }
+        r[s] = st[s];
+    }
+}
+
+void huff_decode(huff_plane *p, const size_t *want, uint8_t *const *dst) {
+    const uint64_t *table = p->table->entry;
+    uint64_t mask = ((uint64_t)1 << p->table->lmax) - 1;
+    switch (p->nstreams) {
+    case 1: decode_streams(p->stream, 1, table, mask, want, dst); break;
+    case 2: decode_streams(p->stream, 2, table, mask, want, dst); break;
+    case 3: decode_streams(p->stream, 3, table, mask, want, dst); break;
+    case 4: decode_streams(p->stream, 4, table, mask, want, dst); break;
+    case 5: decode_streams(p->stream, 5, table, mask, want, dst); break;
+    case 6: decode_streams(p->stream, 6, table, mask, want, dst); break;
+    case 7: decode_streams(p->stream, 7, table, mask, want, dst); break;
+    default: decode_streams(p->stream, 8, table, mask, want, dst); break;
+    }
+}
+
+int huff_plane_finish(const huff_plane *p, char *msg, size_t size) {
+    for (int s = 0; s < p->nstreams; s++) {
+        const huff_reader *r = &p->stream[s];
+        /* Bits taken: all loaded (pos whole bytes) but the cnt still held. */
+        uint64_t used = (uint64_t)r->pos * 8 - r->cnt, have = (uint64_t)r->len * 8;
+        if (used > have) {
+            snprintf(msg, size, "Huffman stream %d ends early: its %zu symbols need more than its %zu bytes", s,
+                     p->count[s], r->len);
+            return -1;
+        }
+        if (have - used >= 8) {
+            snprintf(msg, size, "Huffman stream %d ends late: %llu bits are left after its %zu symbols", s,
+                     (unsigned long long)(have - used), p->count[s]);
+            return -1;
+        }
+        /* The pad bits are the next ones in the buffer (cnt >= 8 here). */
+        if (r->buf & (((uint64_t)1 << (have - used)) - 1)) {
+            snprintf(msg, size, "Huffman stream %d ends late: non-zero pad bits after its last symbol", s);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+const char *huff_check_lengths(const uint8_t lengths[256], unsigned *longest) {
+    unsigned lmax = 0, k = 0;
+    for (int i = 0; i < 256; i++) {
+        if (lengths[i] > HUFF_MAX_LENGTH) return "a code length above 12";
+        if (lengths[i] > lmax) lmax = lengths[i];
+        k += lengths[i] != 0;
+    }
+    if (k < 2) return "a Huffman code needs at least 2 symbols";
+    uint32_t kraft = 0;
+    for (int i = 0; i < 256; i++)
+        if (lengths[i]) kraft += 1u << (lmax - lengths[i]);
+    if (kraft != 1u << lmax) return "the code lengths break Kraft's equality (the code is not complete)";
+    *longest = lmax;
+    return NULL;
+}
+
+void huff_code_table(const uint8_t lengths[256], uint32_t codes[256]) {
+    unsigned per_length[HUFF_MAX_LENGTH + 1] = {0}, first[HUFF_MAX_LENGTH + 1];
+    for (int i = 0; i < 256; i++) per_length[lengths[i]]++;
+    per_length[0] = 0;
+    first_codes(per_length, HUFF_MAX_LENGTH, first);
+    for (int i = 0; i < 256; i++)
+        codes[i] = lengths[i] ? reverse_bits(first[lengths[i]]++, lengths[i]) | (uint32_t)lengths[i] << 16
+                              : HUFF_NO_CODE;
+}
+
+/* One symbol's code ORed in at the buffer's bit count (a symbol without a
+   code adds no bits, and its flag to *flags). */
+#define PUT(c)                                                                                                         \
+    do {                                                                                                               \
+        uint32_t c_ = (c);                                                                                             \
+        flags |= c_;                                                                                                   \
+        buf |= (uint64_t)(c_ & 0xffff) << cnt;                                                                         \
+        cnt += (c_ >> 16) & 0xff;                                                                                      \
+    } while (0)
+
+size_t huff_encode_stream(const uint8_t *src, size_t n, const uint32_t *codes, uint8_t *out, uint32_t *seen) {
+    uint8_t *o = out;
+    uint64_t buf = 0;
+    unsigned cnt = 0;
+    uint32_t flags = 0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        PUT(codes[src[i]]);
+        PUT(codes[src[i + 1]]);
+        PUT(codes[src[i + 2]]);
+        PUT(codes[src[i + 3]]);
+        store64(o, buf);
+        o += cnt >> 3;
+        buf >>= cnt & ~7u;
+        cnt &= 7;
+    }
+    for (; i < n; i++) PUT(codes[src[i]]);
+    /* The last bits (under 32 of them), and zero pad bits to the byte. */
+    store64(o, buf);
+    *seen |= flags;
+    return (size_t)(o - out) + (cnt + 7) / 8;
+}

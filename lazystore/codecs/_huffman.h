@@ -1,0 +1,69 @@
+/* Codec 4's canonical Huffman coder (docs/design/29-exponent-coder.md §3,
+   §4), in plain C: no Python object is touched, so _float_planes.c runs it
+   without the GIL. Errors come back as a message (NULL: none). */
+
+#ifndef LAZYSTORE_HUFFMAN_H
+#define LAZYSTORE_HUFFMAN_H
+
+#include "_kernels.h"
+
+#define HUFF_MAX_LENGTH 12
+#define HUFF_MAX_STREAMS 8
+
+/* The decode table: entry i is what the next Lmax stream bits (as an
+   LSB-first integer) decode to. Bytes 0-3: up to 4 symbols; byte 4: their
+   count (1..4); byte 5: the bits they take; byte 6: the first symbol's
+   length (alone, for a stream's last symbols). */
+typedef struct {
+    int lmax;
+    uint64_t entry[1 << HUFF_MAX_LENGTH];
+} huff_table;
+
+/* One stream being read: the next byte to load is data[pos] (beyond len the
+   stream reads as zeros), and buf holds cnt bits not yet decoded. */
+typedef struct {
+    const uint8_t *data;
+    size_t len, pos;
+    uint64_t buf;
+    unsigned cnt;
+} huff_reader;
+
+typedef struct {
+    const huff_table *table;
+    int nstreams;
+    size_t q;                               /* symbols a stream, the last one's fewer */
+    size_t count[HUFF_MAX_STREAMS];         /* symbols of each stream */
+    huff_reader stream[HUFF_MAX_STREAMS];
+} huff_plane;
+
+/* Validates the code (k symbols ascending, 1 <= length <= lmax <= 12, some
+   length lmax, Kraft's equality) and builds its table. */
+INTERNAL const char *huff_build_table(huff_table *t, const uint8_t *symbols, const uint8_t *lengths, size_t k,
+                                      long lmax);
+
+/* Readers over the plane's streams for n symbols; refuses a stream count
+   that leaves a stream empty. */
+INTERNAL const char *huff_plane_start(huff_plane *p, const huff_table *t, const uint8_t *const *streams,
+                                      const size_t *lens, int nstreams, size_t n);
+
+/* The next want[s] symbols of each stream s into dst[s], streams in lockstep. */
+INTERNAL void huff_decode(huff_plane *p, const size_t *want, uint8_t *const *dst);
+
+/* After the last symbol: each stream used all of its bytes and its pad
+   bits are zero. msg receives the refusal; returns 0 when there is none. */
+INTERNAL int huff_plane_finish(const huff_plane *p, char *msg, size_t size);
+
+/* The encoder: a complete code from 256 lengths (0: absent), then each
+   code bit-reversed, so that it is written LSB-first as deflate writes it. */
+INTERNAL const char *huff_check_lengths(const uint8_t lengths[256], unsigned *lmax);
+/* codes[v]: v's code bit-reversed | its length << 16, or HUFF_NO_CODE. */
+#define HUFF_NO_CODE 0x80000000u
+INTERNAL void huff_code_table(const uint8_t lengths[256], uint32_t codes[256]);
+
+/* n symbols into out, which has ceil(n * lmax / 8) + 8 bytes of room
+   (stores are whole words); returns the bytes the stream takes. A symbol
+   without a code sets HUFF_NO_CODE in *seen. */
+INTERNAL size_t huff_encode_stream(const uint8_t *src, size_t n, const uint32_t *codes, uint8_t *out,
+                                   uint32_t *seen);
+
+#endif
