@@ -24,7 +24,7 @@ import numpy as np
 
 from lazystore._core.chunking import ChunkGrid
 from lazystore._core.dtypes import BY_CODE
-from lazystore._native.layout import EXPONENT_MINOR
+from lazystore._native import layout as fmt
 from lazystore.codecs import CODECS_BY_ID, ContentDeltaPlanes, DeltaPlanes, FloatPlanes
 from lazystore.codecs.float_layout import LAYOUTS
 from lazystore.codecs.sealed import SEALED_BASE, SealedFloatPlanes, SealedRaw
@@ -204,8 +204,8 @@ def chunk_and_place_rules(e: Fields, chunks, layout: Layout) -> tuple[Broken, An
          e.content & _older_than(layout, 3)),  # C5
         (f"codec {CONTENT_DELTA_CODEC} but chunk records without base checksums",
          e.content & (not layout.base_checksums)),  # C5
-        (f"codec 4 in a format 1.{layout.minor} file (codecs 4 and 132 are format 1.{EXPONENT_MINOR})",
-         e.exponent & _older_than(layout, EXPONENT_MINOR)),  # C6
+        (f"codec 4 in a format 1.{layout.minor} file (codecs 4 and 132 are format 1.{fmt.EXPONENT_MINOR})",
+         e.exponent & _older_than(layout, fmt.EXPONENT_MINOR)),  # C6
         (f"sealed codec in a format 1.{layout.minor} file (codecs 128 and 129 are format 1.4)",
          e.sealed & _older_than(layout, 4)),  # S3
         (f"codec {CONTENT_DELTA_CODEC} in a file with chunk digests but chunk records without base digests",

@@ -17,7 +17,7 @@ class CodecBase(ABC):
     id: ClassVar[int]
     name: ClassVar[str | None]
     # The format minor version that introduced the codec: a file holding
-    # it is at least 1.<since> (docs/format.md §14).
+    # it is at least 1.<since> (docs/format.md §14), as a dtype's ``since``.
     since: ClassVar[int] = 0
 
     def planes_for(self, itemsize: int) -> int:

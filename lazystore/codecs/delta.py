@@ -30,7 +30,6 @@ from functools import cache
 import numpy as np
 
 from lazystore._core.scratch import scratch
-from lazystore._native.base_ref import CONTENT_DELTA_MINOR, DELTA_MINOR
 from lazystore.codecs import compiled
 from lazystore.codecs.base import DeltaCodec
 from lazystore.codecs.zstd import ZstdPlanes
@@ -86,7 +85,7 @@ class DeltaPlanes(DeltaCodec):
 
     id = 2
     name = "delta"
-    since = DELTA_MINOR
+    since = 2  # format 1.2
 
     def planes_for(self, itemsize: int) -> int:
         return itemsize
@@ -124,7 +123,7 @@ class ContentDeltaPlanes(DeltaPlanes):
     """
 
     id = 3
-    since = CONTENT_DELTA_MINOR
+    since = 3  # format 1.3
 
 
 # Every codec whose chunks are differences from a base file's.

@@ -28,7 +28,6 @@ import numpy as np
 
 from lazystore._core.scratch import scratch
 from lazystore._core.short_reads import need
-from lazystore._native.layout import EXPONENT_MINOR
 from lazystore.codecs import compiled, huffman_code
 from lazystore.codecs.base import Codec
 from lazystore.codecs.float_layout import FloatLayout, layout_of, merge_into, split
@@ -79,7 +78,7 @@ class FloatPlanes(Codec):
 
     id = 4
     name = "huffman"
-    since: ClassVar[int] = EXPONENT_MINOR
+    since: ClassVar[int] = 5  # format 1.5 (layout.EXPONENT_MINOR)
 
     def __post_init__(self) -> None:
         check_level(self.level)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from lazystore._native.layout import EXPONENT_MINOR, TRUST_MINOR
 from lazystore.codecs.base import Codec, CodecBase
 from lazystore.codecs.float_planes import FloatPlanes
 from lazystore.codecs.raw import RAW
@@ -31,7 +30,7 @@ class Sealed(CodecBase):
     """Codec ``128 + inner.id``: ``inner``'s stored bytes, encrypted and tagged."""
 
     inner: ClassVar[Codec]
-    since: ClassVar[int] = TRUST_MINOR
+    since: ClassVar[int] = 4  # format 1.4
 
     def planes_for(self, itemsize: int) -> int:
         return self.inner.planes_for(itemsize)
@@ -53,7 +52,7 @@ class SealedFloatPlanes(Sealed):
     id = SEALED_BASE + FloatPlanes.id
     name = "sealed+huffman"
     inner = FloatPlanes()  # decoding needs no level
-    since = EXPONENT_MINOR
+    since = FloatPlanes.since
 
 
 SEALED_CODECS: dict[int, Sealed] = {c.id: c for c in (SealedRaw(), SealedZstd(), SealedFloatPlanes())}

@@ -182,6 +182,10 @@ def test_bfloat16_and_float32_rotate_the_sign_out_of_the_exponent():
 # -- the file: minor version, integers, sealing, the command line ------------------------------
 
 
+def test_codec_4_and_132_are_format_1_5():
+    assert CODECS_BY_ID[4].since == CODECS_BY_ID[132].since == fmt.EXPONENT_MINOR == 5 == fmt.FORMAT_MINOR
+
+
 def test_a_file_with_codec_4_is_format_1_5_and_others_are_unchanged(tmp_path):
     ls.save({"w": weights(np.dtype(np.float32), 1000)}, tmp_path / "h.lzy", compression="huffman")
     assert minor_of(tmp_path / "h.lzy") == fmt.EXPONENT_MINOR == 5
