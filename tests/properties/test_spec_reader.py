@@ -1,5 +1,7 @@
 """An independent reader of format 1.1, written from docs/format.md alone,
-which also checks the chunk digests of format 1.4 (§10.1).
+which also checks the chunk digests of format 1.4 (§10.1) and decodes codec 4
+of format 1.5 (§9.5: float planes with a Huffman-coded exponent, decoded one
+bit at a time, with no tables).
 
 ``SpecFile`` uses only struct, json, xxhash, zstandard, numpy and ml_dtypes
 (and hashlib and blake3 for digests); lazystore is used only to *write*
@@ -38,6 +40,7 @@ DTYPES = {code: np.dtype(t).newbyteorder("<") for code, t in enumerate(
      ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e8m0fnu,
      [("float4_e2m1fn_x2", "u1")], ml_dtypes.complex32], start=1)}
 SINCE = {code: 0 if code <= 17 else 1 for code in DTYPES}  # the minor version that added each code
+CODECS = (0, 1, 4)  # the codecs this reader decodes: 1.1's, and codec 4 of 1.5
 DIGEST_KEY = "__lazystore_digest__"  # section 10.1
 
 
@@ -85,9 +88,11 @@ def check_version(major: int, minor: int, rule: str) -> None:
 
 
 class SpecFile:
-    def __init__(self, path, tail_bytes: int = 65536, reader_minor: int = READER_MINOR):
+    def __init__(self, path, tail_bytes: int = 65536, reader_minor: int = READER_MINOR, codecs=CODECS):
         # reader_minor < READER_MINOR plays an older reader: it knows fewer codes.
+        # codecs=(0, 1) plays a reader without codec 4.
         self.codes = {code for code in DTYPES if SINCE[code] <= reader_minor}
+        self.codecs = set(codecs)
         self.reader_minor = reader_minor
         self.file = open(path, "rb")
         try:
@@ -146,12 +151,15 @@ class SpecFile:
                 raise SpecVersionError(f"file is format {major}.{minor} and uses dtype code {code}, unknown to "
                                        f"this {major}.{self.reader_minor} reader; a newer reader is needed")
             require(code in self.codes, "E2")
-            if codec not in (0, 1) and minor > self.reader_minor:  # section 14 and E3: a newer minor's codec
+            if codec not in self.codecs and minor > self.reader_minor:  # section 14 and E3: a newer minor's codec
                 raise SpecVersionError(f"file is format {major}.{minor} and uses codec {codec}, unknown to "
                                        f"this {major}.{self.reader_minor} reader; a newer reader is needed")
-            require(codec in (0, 1), "E3")
+            require(codec in self.codecs, "E3")
             item = DTYPES[code].itemsize
-            require(planes == 1 or (codec == 1 and planes == item), "E4")
+            if codec == 4:  # E4 defers to C6: the dtype's plane layout (section 9.5)
+                require(minor >= 5 and FLOAT_PLANES.get(code) == planes, "C6")
+            else:
+                require(planes == 1 or (codec == 1 and planes == item), "E4")
             require(ndim <= 64, "E5")
             require(dim_pos + ndim <= ndims, "E6")
             shape = dims[dim_pos : dim_pos + ndim]
@@ -178,15 +186,15 @@ class SpecFile:
                 p, b = divmod(c, nb)
                 dlen = min(extent, L - b * extent) * inner
                 require(c_stored <= idx_off, "C1")
-                require(codec == 1 or c_stored == dlen, "C2")
-                require(codec == 0 or (c_stored >= 4 * planes and dlen // 32768 <= c_stored), "C3")
+                require(codec != 0 or c_stored == dlen, "C2")
+                require(codec == 0 or (c_stored >= header_len(codec, planes) and dlen // 32768 <= c_stored), "C3")
                 chunks.append((at, c_stored, c_sum, (p * L + b * extent) * inner, dlen))
                 at += c_stored
             chunk_pos += count
             require(at - off == stored, "L2")
             require(off <= idx_off and off == end, "L3")
             end = align_up(off + stored, A)
-            self.entries[name] = dict(dtype=DTYPES[code], shape=tuple(shape), nbytes=nbytes, codec=codec,
+            self.entries[name] = dict(code=code, dtype=DTYPES[code], shape=tuple(shape), nbytes=nbytes, codec=codec,
                                       planes=planes, axis=axis, extent=extent, offset=off,
                                       stored=stored, chunks=chunks, digests=chunk_digests)
         require(dim_pos == ndims, "E6")
@@ -252,6 +260,8 @@ class SpecFile:
         self.check_digest(e, c, blob)
         if e["codec"] == 0:
             return blob
+        if e["codec"] == 4:
+            return decode_float_planes(blob, e["code"], dlen)
         P = e["planes"]
         lengths = struct.unpack_from(f"<{P}I", blob)
         require(4 * P + sum(lengths) == n, "D2")
@@ -261,15 +271,7 @@ class SpecFile:
             pos += length
             require(length <= plane_len, "D3 (plane longer than decoded)")
             if length < plane_len:
-                try:
-                    require(zstandard.frame_content_size(plane) in (plane_len, -1), "D3 (declared size)")
-                    d = zstandard.ZstdDecompressor()
-                    d.decompress(plane, max_output_size=plane_len)  # bounded: fails beyond plane_len
-                    obj = d.decompressobj()  # now safe: one frame, no trailing bytes, exact size
-                    plane = obj.decompress(plane)
-                    require(obj.eof and not obj.unused_data and len(plane) == plane_len, "D3 (one exact frame)")
-                except zstandard.ZstdError:
-                    raise SpecError("invalid file: rule D3 (zstd)") from None
+                plane = zstd_plane(plane, plane_len, "D3")
             out[:, j] = np.frombuffer(plane, np.uint8)
         return out.tobytes()
 
@@ -317,6 +319,124 @@ class SpecFile:
 
     def __exit__(self, *exc) -> None:
         self.file.close()
+
+
+def zstd_plane(plane: bytes, plane_len: int, rule: str) -> bytes:
+    """A plane stored as one zstd frame (section 9.2), decoded, never past plane_len."""
+    try:
+        require(zstandard.frame_content_size(plane) in (plane_len, -1), f"{rule} (declared size)")
+        d = zstandard.ZstdDecompressor()
+        d.decompress(plane, max_output_size=plane_len)  # bounded: fails beyond plane_len
+        obj = d.decompressobj()  # now safe: one frame, no trailing bytes, exact size
+        out = obj.decompress(plane)
+        require(obj.eof and not obj.unused_data and len(out) == plane_len, f"{rule} (one exact frame)")
+    except zstandard.ZstdError:
+        raise SpecError(f"invalid file: rule {rule} (zstd)") from None
+    return out
+
+
+# -- codec 4 (section 9.5): float planes with a Huffman-coded exponent ---------------
+
+FLOAT_PLANES = {10: 2, 11: 4, 15: 2, 16: 1, 17: 1, 18: 1, 19: 1, 20: 1}  # dtype code -> P (rule C6)
+
+
+def header_len(codec: int, planes: int) -> int:
+    """The bytes before a compressed chunk's planes (rule C3)."""
+    return align_up(planes, 4) + 4 * planes if codec == 4 else 4 * planes
+
+
+def decode_float_planes(blob: bytes, code: int, dlen: int) -> bytes:
+    """A codec-4 stored chunk of dtype ``code``, decoded to its dlen bytes (rule D4).
+    Also the inner bytes of a codec-132 chunk, once decrypted (section 20)."""
+    P, m = FLOAT_PLANES[code], dlen // DTYPES[code].itemsize
+    H0 = align_up(P, 4)
+    require(len(blob) >= H0 + 4 * P, "D4 (header)")
+    modes, lengths = blob[:P], struct.unpack_from(f"<{P}I", blob, H0)
+    require(all(mode in (0, 1, 2) for mode in modes), "D4 (mode byte)")
+    require(not any(blob[P:H0]), "D4 (pad)")
+    require(H0 + 4 * P + sum(lengths) == len(blob), "D4 (plane lengths)")
+    planes, pos = [], H0 + 4 * P
+    for mode, length in zip(modes, lengths):
+        plane = blob[pos : pos + length]
+        pos += length
+        if mode == 0:
+            require(length == m, "D4 (raw plane length)")
+        else:
+            require(length < m, "D4 (coded plane length)")
+            plane = zstd_plane(plane, m, "D4") if mode == 1 else huffman_plane(plane, m)
+        planes.append(np.frombuffer(plane, np.uint8).astype(np.uint32))
+    return merge_planes(code, planes)
+
+
+def merge_planes(code: int, p: list[np.ndarray]) -> bytes:
+    """Elements from their plane bytes: the inverse formulas of section 9.5's table."""
+    if code == 15:
+        x = (p[0] & 0x7F) | ((p[0] & 0x80) << 8) | (p[1] << 7)
+    elif code == 11:
+        x = p[0] | (p[1] << 8) | ((p[2] & 0x7F) << 16) | ((p[2] & 0x80) << 24) | (p[3] << 23)
+    elif code == 10:
+        x = p[0] | (p[1] << 8)
+    else:
+        x = p[0]
+    return x.astype(f"<u{DTYPES[code].itemsize}").tobytes()
+
+
+def canonical_codes(symbols: bytes, lengths: list[int]) -> dict[tuple[int, int], int]:
+    """(length, code) -> symbol, as deflate assigns them: sorted by (length, symbol),
+    consecutive integers, shifted left when the length grows."""
+    codes, code, prev = {}, 0, None
+    for length, symbol in sorted(zip(lengths, symbols)):
+        code <<= length - (prev or length)
+        codes[(length, code)] = symbol
+        prev, code = length, code + 1
+    return codes
+
+
+def huffman_plane(blob: bytes, n: int) -> bytes:
+    """A Huffman plane of n symbols, decoded one bit at a time (section 9.5)."""
+    require(len(blob) >= 3, "D4 (Huffman header past the plane)")
+    S, lmax, k = blob[0], blob[1], blob[2] + 1
+    require(1 <= S <= 8, "D4 (stream count)")
+    require(1 <= lmax <= 12, "D4 (Lmax)")
+    require(k >= 2, "D4 (fewer than two symbols)")
+    T = 3 + k + -(-k // 2)
+    require(len(blob) >= T + 4 * (S - 1), "D4 (Huffman table past the plane)")
+    symbols = blob[3 : 3 + k]
+    require(all(a < b for a, b in zip(symbols, symbols[1:])), "D4 (symbols not ascending)")
+    nibbles = [byte >> shift & 15 for byte in blob[3 + k : T] for shift in (0, 4)]
+    lengths = nibbles[:k]
+    require(not any(nibbles[k:]), "D4 (pad nibble)")
+    require(all(1 <= length <= lmax for length in lengths), "D4 (code length out of 1..Lmax)")
+    require(sum(1 << (lmax - length) for length in lengths) == 1 << lmax, "D4 (Kraft sum)")
+    require(lmax in lengths, "D4 (no code of length Lmax)")
+    codes = canonical_codes(symbols, lengths)
+    q = -(-n // S)
+    require((S - 1) * q < n, "D4 (an empty stream)")
+    slens = struct.unpack_from(f"<{S - 1}I", blob, T)
+    pos = T + 4 * (S - 1)
+    last = len(blob) - pos - sum(slens)
+    require(last >= 0, "D4 (stream lengths overrun the plane)")
+    out = bytearray()
+    for s, slen in enumerate([*slens, last]):
+        out += huffman_stream(blob[pos : pos + slen], min((s + 1) * q, n) - s * q, codes, lmax)
+        pos += slen
+    return bytes(out)
+
+
+def huffman_stream(stream: bytes, count: int, codes: dict, lmax: int) -> bytes:
+    """count symbols from one stream: bits LSB-first in each byte, each code MSB-first."""
+    out, i, end = bytearray(), 0, 8 * len(stream)
+    for _ in range(count):
+        code = length = 0
+        while (length, code) not in codes:
+            require(i < end, "D4 (stream ends early)")
+            code = 2 * code + (stream[i >> 3] >> (i & 7) & 1)
+            i, length = i + 1, length + 1
+            assert length <= lmax  # a complete code matches within Lmax bits
+        out.append(codes[(length, code)])
+    require(end - 8 < i, "D4 (stream ends late: a whole byte left over)")
+    require(all(stream[j >> 3] >> (j & 7) & 1 == 0 for j in range(i, end)), "D4 (stream ends late: pad bits)")
+    return bytes(out)
 
 
 def spec_load(path) -> tuple[dict[str, np.ndarray], dict]:
@@ -498,10 +618,10 @@ def rewrite(src, dst, *, version=None, extra_entry=0, extra_record=0, index_edit
 def test_newer_minor_with_wider_records(tmp_path):
     ls.save(sample_tensors(np.random.default_rng(1)), tmp_path / "v10.lzy", compression="zstd", chunk_bytes=64)
     expected = ls.load(tmp_path / "v10.lzy")
-    path = tmp_path / "v15.lzy"  # newer than both readers (1.1 and lazystore's 1.4)
-    rewrite(tmp_path / "v10.lzy", path, version=(1, 5), extra_entry=8, extra_record=16)
+    path = tmp_path / "v16.lzy"  # newer than both readers (1.1 and lazystore's 1.5)
+    rewrite(tmp_path / "v10.lzy", path, version=(1, 6), extra_entry=8, extra_record=16)
     with SpecFile(path) as f:
-        assert f.version == (1, 5) and f.size > (tmp_path / "v10.lzy").stat().st_size
+        assert f.version == (1, 6) and f.size > (tmp_path / "v10.lzy").stat().st_size
         f.verify()
     assert_same(spec_load(path)[0], expected)
     assert_same(ls.load(path), expected)
@@ -719,3 +839,44 @@ def test_both_readers_refuse_a_chunk_whose_xxh3_was_recomputed(tmp_path):
         f.tensor("a")
     with pytest.raises(ls.DigestError, match="tensor 'a' chunk 2"):
         ls.load(tmp_path / "bad.lzy")
+
+
+# -- format 1.5: codec 4 (section 9.5) ---------------------------------------------------
+# Hand-built codec-4 chunks and files, the worked example's bytes and every D4 refusal
+# are in test_spec_codec_4.py; here, files lazystore writes.
+
+# The 1.5 golden files (design 29 section 7), one entry each once they are committed:
+# tests/properties/test_golden_huffman.py freezes their bytes; this reads them from the spec.
+# golden_v1_5_sealed.lzy (codec 132) needs the key: test_golden_sealed.py's spec_open
+# decrypts it, and decode_float_planes above decodes its inner chunks.
+GOLDENS_1_5 = ["golden_v1_5_huffman.lzy"]
+
+
+@pytest.mark.parametrize("name", GOLDENS_1_5)
+def test_reads_the_golden_1_5_files(name):
+    golden = DATA / name
+    if not golden.exists():
+        pytest.skip(f"{name} is made once lazystore writes codec 4")
+    with SpecFile(golden) as f:
+        f.verify()
+        assert f.version == (1, 5) and 4 in {e["codec"] for e in f.entries.values()}
+    assert_same(spec_load(golden)[0], ls.load(golden))
+
+
+def float_tensors() -> dict[str, np.ndarray]:
+    """sample_tensors' and sample_1_1_tensors' tensors of codec 4's dtypes (section 9.5)."""
+    every = {**sample_tensors(np.random.default_rng(3)), **sample_1_1_tensors()}
+    codes = {dt: code for code, dt in DTYPES.items() if code in FLOAT_PLANES}
+    return {name: t for name, t in every.items() if t.dtype in codes}
+
+
+@pytest.mark.skipif(ls.FORMAT_MINOR < 5, reason="lazystore writes codec 4 from format 1.5")
+@pytest.mark.parametrize("chunk_bytes", [64, 4096, 1 << 20])
+def test_decodes_huffman_files_like_lazystore(tmp_path, chunk_bytes):
+    path = tmp_path / "h.lzy"
+    ls.save(float_tensors(), path, compression="huffman", chunk_bytes=chunk_bytes)
+    with SpecFile(path) as f:
+        f.verify()
+        assert f.version == (1, 5) and 4 in {e["codec"] for e in f.entries.values()}
+    assert_same(spec_load(path)[0], ls.load(path))
+    assert_same(spec_load(path)[0], float_tensors())
