@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import background, big, delta, measures, report, torch_api, verify_load, workloads
+from . import background, big, delta, exponent, measures, report, torch_api, verify_load, workloads
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -48,8 +48,8 @@ def main(argv=None) -> int:
     try:
         log(f"preparing the {scale.mode} workloads in {folder}")
         ctx = measures.Context(scale, *workloads.prepare(scale, folder, log))
-        every = (measures.MEASURES + background.MEASURES + torch_api.MEASURES + verify_load.MEASURES
-                 + delta.MEASURES)
+        every = (measures.MEASURES + exponent.MEASURES + background.MEASURES + torch_api.MEASURES
+                 + verify_load.MEASURES + delta.MEASURES)
         for i, measure in enumerate(every, 1):
             log(f"[{i}/{len(every)}] {measure.__module__.rsplit('.', 1)[-1]}.{measure.__name__}")
             t0 = time.perf_counter()

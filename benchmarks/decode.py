@@ -28,13 +28,18 @@ from .timing import compare, cpu_time
 TARGET = 0.2  # issue 18: ls.load in at most 0.2x the time of plain zstd-3 decompression
 
 
+def zstd3_frame(tensors: dict) -> bytes:
+    """The anchor's input: one zstd-3 frame of the tensors' bytes back to back."""
+    return zstandard.ZstdCompressor(level=3).compress(b"".join(v.tobytes() for v in tensors.values()))
+
+
 def measure(tensors_by_variant: dict, folder: Path, reps: int) -> list[Result]:
     rows = []
     for variant, tensors in tensors_by_variant.items():
         n = workloads.nbytes(tensors)
         path = folder / f"decode-minilm-{variant}.lzy"
         anchors.ls_save(tensors, path, compression="zstd")
-        blob = zstandard.ZstdCompressor(level=3).compress(b"".join(v.tobytes() for v in tensors.values()))
+        blob = zstd3_frame(tensors)
         dctx = zstandard.ZstdDecompressor()
         cases = {"lazystore": partial(anchors.ls_load, path), "zstd-3 decompress": partial(dctx.decompress, blob)}
         t = compare(cases, reps=reps)

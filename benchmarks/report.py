@@ -12,11 +12,17 @@ import json
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 
 from .measures import Result
 
 BEGIN, END = "<!-- BEGIN RESULTS (written by python -m benchmarks) -->", "<!-- END RESULTS -->"
+
+
+def log(message: str) -> None:
+    """A progress line, on stderr (the table goes to stdout)."""
+    print(message, file=sys.stderr, flush=True)
 
 
 # -- cells ----------------------------------------------------------------------------
@@ -65,13 +71,14 @@ def table(results: list[Result]) -> str:
     """The targets (lazystore vs anchor, same run), then the informational rows."""
     targets = [r for r in results if r.target is not None]
     others = [r for r in results if r.target is None
-              and r.group not in ("remote", "dcp", "background", "delta", "verify", "trust")]
+              and r.group not in ("remote", "dcp", "background", "delta", "verify", "trust", "exponent")]
     remote = [r for r in results if r.group == "remote"]
     dcp = [r for r in results if r.group == "dcp"]
     background = [r for r in results if r.group == "background"]
     delta = [r for r in results if r.group == "delta" and r.target is None]
     verify = [r for r in results if r.group == "verify"]
     trust = [r for r in results if r.group == "trust" and r.target is None]
+    exponent = [r for r in results if r.group == "exponent" and r.target is None]
     main = _grid(
         ["measure", "lazystore", "anchor", "ratio", "target", "result"],
         [[f"{r.title} (vs {r.anchor_label})", figure(r, r.ours), figure(r, r.anchor),
@@ -99,6 +106,9 @@ def table(results: list[Result]) -> str:
                                     title=lambda r: f"{r.title} [{r.subject} / {r.anchor_label}]") + "\n"
     if trust:
         text += "\n" + _ratio_table("trusted checkpoints (no target)", "measured", "compared with", trust,
+                                    title=lambda r: f"{r.title} [{r.subject} / {r.anchor_label or '-'}]") + "\n"
+    if exponent:
+        text += "\n" + _ratio_table("exponent coder, codec 4 (no target)", "measured", "compared with", exponent,
                                     title=lambda r: f"{r.title} [{r.subject} / {r.anchor_label or '-'}]") + "\n"
     return text
 
@@ -167,7 +177,7 @@ def machine() -> dict:
 
     # The code measured, whichever distribution name (or none: PYTHONPATH) it came by.
     versions = {"lazystore": lazystore.__version__}
-    for pkg in ("numpy", "zstandard", "xxhash", "safetensors", "torch", "ml_dtypes", "matplotlib"):
+    for pkg in ("numpy", "zstandard", "xxhash", "safetensors", "torch", "ml_dtypes", "matplotlib", "zipnn"):
         try:
             versions[pkg] = importlib.metadata.version(pkg)
         except importlib.metadata.PackageNotFoundError:

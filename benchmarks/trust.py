@@ -232,12 +232,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     reps = args.reps or (2 if args.quick else 5)
 
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lazystore-trust-", dir=args.workdir) as tmp:
-        rows = run(Path(tmp), args.quick, reps, log)
+        rows = run(Path(tmp), args.quick, reps, report.log)
     print(report.table(rows))
     print(f"\n{reps} interleaved rounds per case, medians; {time.perf_counter() - start:.0f} s; "
           f"machine: {json.dumps(report.machine())}")

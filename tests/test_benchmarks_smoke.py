@@ -38,6 +38,9 @@ DELTA = {"delta_series_1_star", "delta_series_1_long", "delta_series_1_chain", "
          "delta_series_1_adamw"}
 # What checking on load costs: load_file warm and cold, verify on against off, safetensors, safetensors + xxh3.
 VERIFY = {f"verify_load_{state}{vs}" for state in ("warm", "cold") for vs in ("", "_off", "_st_hashed", "_unchecked")}
+# The exponent coder's benchmark (benchmarks/exponent.py): today's codec's rows, there with or without codec 4.
+EXPONENT = {f"ref_exponent_{what}_{v}_zstd" for v in ("fp32", "bf16", "bf16_tiled")
+            for what in ("ratio", "cpu", "wall")}
 # Background saves: pauses, a real training loop's step time, thread vs process writers, memory.
 BACKGROUND = {
     "bg_pause_vs_memcpy", "bg_durable", "bg_dcp_async_pause", "bg_dcp_async_durable", "bg_train_overhead",
@@ -93,7 +96,7 @@ def test_quick_benchmark_run(tmp_path):
     assert report["mode"] == "quick"
     assert report["machine"]["cores"] and report["machine"]["versions"]["numpy"]
     rows = {r["name"]: r for r in report["results"]}
-    expected = TARGETS | REFERENCES | REMOTE | DCP | BACKGROUND | DELTA | VERIFY
+    expected = TARGETS | REFERENCES | REMOTE | DCP | BACKGROUND | DELTA | VERIFY | EXPONENT
     assert expected <= set(rows), sorted(expected - set(rows))
 
     for name in TARGETS:
@@ -121,6 +124,10 @@ def test_quick_benchmark_run(tmp_path):
         r = rows[name]
         assert r["target"] is None and r["group"] == "verify" and _positive(r["anchor"]), r
     assert "| checking on load" in run.stdout
+    for name in EXPONENT:
+        r = rows[name]
+        assert r["target"] is None and r["group"] == "exponent", r
+    assert "| exponent coder, codec 4" in run.stdout
 
     png = out / "benchmarks.png"
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
