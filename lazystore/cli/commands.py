@@ -181,7 +181,7 @@ def _check_level(args) -> None:
 def _copy(sources: Mapping[str, tuple[str, ls.ViewBase]], out, compression: str | None, desc: str) -> None:
     """Stream tensors (name -> (path, view)) into ``out`` through
     :func:`lazystore.interop.copy`, with a progress bar by decoded bytes.
-    ``compression`` is ``--compression``: "zstd", "huffman", "none", or None to keep
+    ``compression`` is ``--compression``: "auto", "zstd", "huffman", "none", or None to keep
     each tensor's own codec, as copy takes it. Every input was opened with
     ``verify=True`` (:func:`open_input`), so its reads check what they copy."""
     tensors = Tensors(sources)

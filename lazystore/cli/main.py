@@ -136,9 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_sign)
 
     def encoding_options(s):
-        s.add_argument("--compression", choices=["zstd", "huffman", "none"], default=None,
-                       help="re-encode every tensor with zstd, huffman (floats with a Huffman-coded exponent, "
-                            "format 1.5; other dtypes with zstd) or raw (default: keep each tensor's codec)")
+        s.add_argument("--compression", choices=["auto", "zstd", "huffman", "none"], default=None,
+                       help="re-encode every tensor: auto (recommended: huffman for floats, zstd for the rest), "
+                            "zstd, huffman (floats with a Huffman-coded exponent, format 1.5; other dtypes with "
+                            "zstd) or raw (default: keep each tensor's codec)")
         s.add_argument("--level", type=_level_arg, metavar="N", default=None,
                        help="zstd level 1-22 for the zstd tensors and planes (default: tuned per dtype)")
         s.add_argument("--digest", choices=["blake3", "sha256", "none"], default=None,

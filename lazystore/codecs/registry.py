@@ -16,7 +16,13 @@ CODECS_BY_ID: dict[int, CodecBase] = {RAW.id: RAW, ZstdPlanes.id: ZstdPlanes(), 
                                   ContentDeltaPlanes.id: ContentDeltaPlanes(), FloatPlanes.id: FloatPlanes(),
                                   **SEALED_CODECS}
 # The names ``compression=`` takes, and their codecs at a zstd level.
-_BY_NAME: dict[str, Callable[..., Codec]] = {"zstd": ZstdPlanes, "huffman": FloatPlanes}
+# "auto" is lazystore's recommendation, resolved per tensor by the codec's
+# ``for_dtype``: today that is codec 4 for a dtype with a float layout and
+# codec 1 for the rest, which is what "huffman" does. It is a name, not a
+# codec: a file records the codec each tensor used ("huffman" or "zstd").
+_BY_NAME: dict[str, Callable[..., Codec]] = {"zstd": ZstdPlanes, "huffman": FloatPlanes, "auto": FloatPlanes}
+# How an unknown name's error lists the choices.
+CHOICES = ", ".join(["None", *map(repr, _BY_NAME)][:-1]) + f" or {list(_BY_NAME)[-1]!r}"
 
 
 def codec_for(compression: str | Codec | None, level: int | None = None) -> Codec:
@@ -30,8 +36,10 @@ def codec_for(compression: str | Codec | None, level: int | None = None) -> Code
     compression : str, Codec or None
         None (or "none"), "zstd", "huffman" (float planes with a
         Huffman-coded exponent, format 1.5; a tensor of a dtype without a
-        float layout, an integer buffer say, is stored as "zstd"), or a
-        Codec, returned as it is.
+        float layout, an integer buffer say, is stored as "zstd"), "auto"
+        (lazystore's recommended codec per tensor: today "huffman" for
+        float16, bfloat16, float32 and the 8-bit floats, "zstd" for the
+        rest), or a Codec, returned as it is.
     level : int or None, optional
         The zstd level; None tunes it per dtype.
 
@@ -52,4 +60,4 @@ def codec_for(compression: str | Codec | None, level: int | None = None) -> Code
         return compression
     if isinstance(compression, str) and compression in _BY_NAME:
         return _BY_NAME[compression](level=level)
-    raise InvalidInputError(f"unknown compression {compression!r}; use None, 'zstd' or 'huffman'")
+    raise InvalidInputError(f"unknown compression {compression!r}; use {CHOICES}")
