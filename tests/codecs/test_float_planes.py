@@ -17,6 +17,7 @@ from lazystore._core.dtypes import BY_CODE
 from lazystore._native import layout as fmt
 from lazystore.codecs import CODECS_BY_ID, compiled
 from lazystore.codecs.float_layout import LAYOUT_PLAIN, LAYOUTS, layout_of, merge_into, split
+from lazystore.codecs.float_planes import header_bytes
 
 FLOAT_DTYPES = {BY_CODE[code].name: BY_CODE[code].dtype for code in LAYOUTS}
 KEY = bytes(range(32))
@@ -143,6 +144,23 @@ def test_the_exponent_plane_is_huffman_coded(tmp_path, decoder, dtype_name):
         modes = chunk[: layout.planes]
         assert modes[layout.exponent_plane] in ((1, 2) if layout.layout == LAYOUT_PLAIN else (2,))
     assert path.stat().st_size < 0.9 * weights(dtype, 100000).nbytes
+
+
+def test_fp16_exponent_plane_is_zstd_where_that_is_shorter(tmp_path, decoder):
+    # fp16's exponent byte (s eeeee mm) is a wide alphabet: on repeating
+    # weights zstd's matches beat order-0 Huffman, and the writer keeps
+    # them, so "huffman" stores fp16 no larger than "zstd" but for headers.
+    w = np.tile(weights(np.dtype(np.float16), 4096), 64)
+    stored = {}
+    for compression in ("zstd", "huffman"):
+        path = tmp_path / f"{compression}.lzy"
+        ls.save({"w": w}, path, compression=compression)
+        with ls.open(path) as ck:
+            assert ck.info("w").compression == compression and ck["w"].tobytes() == w.tobytes()
+            stored[compression] = ck.info("w").stored_nbytes
+    chunks = stored_chunks(tmp_path / "huffman.lzy", "w")
+    assert [chunk[1] for chunk in chunks] == [1] * len(chunks)  # plane 1, the exponent's: zstd
+    assert stored["huffman"] <= stored["zstd"] + len(chunks) * header_bytes(2)
 
 
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float32", "float16"])
