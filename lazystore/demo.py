@@ -32,9 +32,9 @@ def main(folder: Path) -> int:
     path = folder / "demo.lzy"
 
     t0 = time.perf_counter()
-    ls.save(tensors, path, compression="zstd", metadata={"model": "demo", "step": 1000})
+    ls.save(tensors, path, compression="auto", metadata={"model": "demo", "step": 1000})
     print(f"saved {len(tensors)} tensors, {total / 2**20:.1f} MiB -> {path.stat().st_size / 2**20:.1f} MiB "
-          f"on disk (zstd) in {time.perf_counter() - t0:.2f} s")
+          f"on disk (auto) in {time.perf_counter() - t0:.2f} s")
 
     t0 = time.perf_counter()
     with ls.open(path) as ck:

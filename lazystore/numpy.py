@@ -4,7 +4,7 @@
 ``from lazystore.numpy import save_file, load_file`` where the code had
 ``from safetensors.numpy import save_file, load_file``. Files are written
 flat (one array per name) by :func:`lazystore.save`, so they take its
-options (``compression="zstd"``, ...); reading goes through
+options (``compression="auto"``, ...); reading goes through
 :class:`lazystore.safe_open`, as safetensors' own ``load_file`` does, so
 it reads lazystore files, safetensors files and sharded folders.
 docs/torch.md lists the differences from safetensors, one line each.

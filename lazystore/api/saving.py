@@ -124,8 +124,10 @@ def save(obj: object, path: Target, *, compression: str | None = None, compressi
         or nested training state (dicts, lists, tuples; tensor and scalar leaves).
     path : str or os.PathLike or binary file object
         A local path, an object-store URL, or a file object to write into.
-    compression : {None, "zstd", "huffman"}, optional
-        How tensors are stored: raw (the default, read in place), zstd, or
+    compression : {None, "auto", "zstd", "huffman"}, optional
+        How tensors are stored: raw (the default, read in place); "auto",
+        the choice recommended for checkpoints (lazystore's codec per
+        tensor: today "huffman" for floats, "zstd" for the rest); zstd; or
         huffman (format 1.5: floats with a Huffman-coded exponent, smaller
         than zstd; tensors of other dtypes are stored with zstd).
     compression_level : int, optional
@@ -193,7 +195,7 @@ def save_async(obj: object, path: str | os.PathLike, *, compression: str | None 
         What :func:`save` takes.
     path : str or os.PathLike
         A local path or an object-store URL (not a file object).
-    compression : {None, "zstd", "huffman"}, optional
+    compression : {None, "auto", "zstd", "huffman"}, optional
         As for :func:`save`.
     compression_level : int, optional
         As for :func:`save`.

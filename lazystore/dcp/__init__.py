@@ -2,7 +2,7 @@
 
 >>> import torch.distributed.checkpoint as dcp                      # doctest: +SKIP
 >>> from lazystore.dcp import LazyStoreWriter, LazyStoreReader
->>> dcp.save(state_dict, storage_writer=LazyStoreWriter("ckpt", compression="zstd"))
+>>> dcp.save(state_dict, storage_writer=LazyStoreWriter("ckpt", compression="auto"))
 >>> dcp.load(state_dict, storage_reader=LazyStoreReader("ckpt"))
 
 A checkpoint is a folder (or an fsspec URL prefix) of lazystore files only:

@@ -83,7 +83,7 @@ def consolidate(folder: str | os.PathLike[str], out_path: str | os.PathLike[str]
         The DCP checkpoint's local folder.
     out_path : str or os.PathLike
         The lazystore file to write.
-    compression : {None, "zstd", "huffman"}, optional
+    compression : {None, "auto", "zstd", "huffman"}, optional
         As for :class:`lazystore.Writer`.
     compression_level : int, optional
         As for :class:`lazystore.Writer`.

@@ -123,7 +123,7 @@ class LazyStoreWriter(StorageWriter):
     path : str or os.PathLike
         A folder (created if missing) or an fsspec URL prefix
         (``s3://bucket/ckpt``, with ``storage_options``).
-    compression : {None, "zstd", "huffman"}, optional
+    compression : {None, "auto", "zstd", "huffman"}, optional
         :class:`lazystore.Writer`'s, applied to every rank file.
     compression_level, chunk_bytes : int, optional
         :class:`lazystore.Writer`'s, applied to every rank file.

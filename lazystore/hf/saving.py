@@ -63,7 +63,7 @@ def save_pretrained(model: PreTrainedModel | BaseModel, folder: PathLike, compre
         transformer modules' weights so).
     folder : str or os.PathLike
         The model folder, created if missing.
-    compression : {None, "zstd", "huffman"}, optional
+    compression : {None, "auto", "zstd", "huffman"}, optional
         Compress the weights.
     max_shard_size : int or str, optional
         Write shards of at most this many bytes (an int, or transformers'

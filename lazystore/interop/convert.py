@@ -145,7 +145,7 @@ def output_codec(compression: str | None, info: TensorInfo) -> str | None:
     Parameters
     ----------
     compression : str or None
-        The copy's ``compression`` ("zstd", "huffman", "none"), or None to keep each
+        The copy's ``compression`` ("auto", "zstd", "huffman", "none"), or None to keep each
         tensor's own.
     info : TensorInfo
         The tensor's info in the checkpoint copied.
@@ -173,8 +173,8 @@ def copy(view: CopySource, writer: TensorWriter, *, compression: str | None = No
     ``mmap=False``, as the converters and the command line do).
 
     ``compression`` None keeps each tensor's own codec (a delta tensor's
-    becomes zstd: :func:`output_codec`); "zstd" or "none" re-encodes every
-    tensor (safetensors outputs ignore it). ``names`` picks
+    becomes zstd: :func:`output_codec`); "auto", "zstd", "huffman" or
+    "none" re-encodes every tensor (safetensors outputs ignore it). ``names`` picks
     the tensors and their order (default: all of ``view``'s, in its order).
     It is consumed one name per tensor, after the previous tensor is
     written, so an iterator that counts what it yields reports progress:
@@ -197,8 +197,8 @@ def copy(view: CopySource, writer: TensorWriter, *, compression: str | None = No
         Where the tensors go.
     compression : str or None, optional
         None keeps each tensor's own codec (a delta tensor's becomes zstd:
-        :func:`output_codec`); "zstd" or "none" re-encodes every tensor
-        (safetensors outputs ignore it).
+        :func:`output_codec`); "auto", "zstd", "huffman" or "none"
+        re-encodes every tensor (safetensors outputs ignore it).
     names : iterable of str, optional
         The tensors and their order (default: all of ``view``'s, in its
         order). It is consumed one name per tensor, after the previous
@@ -321,8 +321,8 @@ def to_lazystore(src: Location | ViewBase, dst: Location | IO[bytes], *, compres
     dst : str, os.PathLike or binary file object
         The lazystore file written, atomically.
     compression : str or None, optional
-        None keeps each tensor's codec (see :func:`copy`); "zstd" or "none"
-        re-encodes every tensor.
+        None keeps each tensor's codec (see :func:`copy`); "auto", "zstd",
+        "huffman" or "none" re-encodes every tensor.
     compression_level : int, optional
         The zstd level.
     **writer_options

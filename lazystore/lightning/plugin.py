@@ -22,7 +22,7 @@ class LazyStoreCheckpointIO(CheckpointIO):
 
     Parameters
     ----------
-    compression : {None, "zstd", "huffman"}, optional
+    compression : {None, "auto", "zstd", "huffman"}, optional
         Passed to :func:`lazystore.save`.
     blocking : bool, optional
         True (the default) saves before ``save_checkpoint`` returns; False

@@ -57,7 +57,7 @@ def save_file(tensors: dict[str, torch.Tensor], filename: str | os.PathLike[str]
         Any JSON object (safetensors takes str to str; that is a special
         case).
     **options
-        lazystore's writer options: ``compression`` ("zstd", "huffman" or None),
+        lazystore's writer options: ``compression`` ("auto", "zstd", "huffman" or None),
         ``compression_level``, ``chunk_bytes``, ``alignment``,
         ``storage_options``, ``digest`` ("blake3" or "sha256": chunk
         digests, checked by verified loads), ``encryption_key`` (see

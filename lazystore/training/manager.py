@@ -116,7 +116,7 @@ class CheckpointManager(CheckpointReading):
         The metric that ranks checkpoints (needed by ``keep_best`` and :meth:`best`).
     mode : {"min", "max"}, optional
         Whether the lowest or the highest value of ``metric`` is best.
-    compression : {None, "zstd", "huffman"}, optional
+    compression : {None, "auto", "zstd", "huffman"}, optional
         How each checkpoint's tensors are stored, as for :func:`lazystore.save`.
     delta : bool, optional
         Keep older checkpoints as delta files against newer ones.

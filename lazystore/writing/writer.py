@@ -64,10 +64,12 @@ class Writer(TensorWriter):
         ``gs://``, ``az://``, and ``memory://``): the object appears when
         its upload completes, and an error cancels it.
     compression : str, Codec or None, optional
-        The default codec: None (raw), "zstd", "huffman" (float planes with
-        a Huffman-coded exponent, format 1.5: tensors of other dtypes than
-        float16, bfloat16, float32 and the 8-bit floats are stored as
-        "zstd"), or a Codec; each :meth:`add` may override it.
+        The default codec: None (raw), "auto" (recommended: lazystore's
+        codec per tensor, today "huffman" for floats and "zstd" for the
+        rest), "zstd", "huffman" (float planes with a Huffman-coded
+        exponent, format 1.5: tensors of other dtypes than float16,
+        bfloat16, float32 and the 8-bit floats are stored as "zstd"), or a
+        Codec; each :meth:`add` may override it.
     compression_level : int, optional
         The zstd level (None: tuned per dtype).
     metadata : Mapping, optional
@@ -104,7 +106,7 @@ class Writer(TensorWriter):
 
     Examples
     --------
-    >>> with Writer("model.lzy", compression="zstd") as w:   # doctest: +SKIP
+    >>> with Writer("model.lzy", compression="auto") as w:   # doctest: +SKIP
     ...     w.add("layer0.weight", array)
     """
 
@@ -166,7 +168,7 @@ class Writer(TensorWriter):
         self._head_minor = max(fmt.BASE_MINOR if self._rewrite_head else fmt.DTYPE_MINOR, self._hashing.minor)
         if self._sealing is not None:  # encrypted: 1.4, known now, so an upload states it too
             self._head_minor = fmt.TRUST_MINOR
-        if self._rewrite_head is None:  # an upload states its codec's version too (1.5 for "huffman")
+        if self._rewrite_head is None:  # an upload states its codec's version too (1.5 for "huffman", "auto")
             self._head_minor = max(self._head_minor, codec.since)
         self._minor = self._head_minor
         self._write(fmt.encode_preamble(self._head_minor))
@@ -258,7 +260,7 @@ class Writer(TensorWriter):
         if problem is not None:  # a file no reader could read (rules E7-E8)
             raise InvalidInputError(f"tensor {name!r} of shape {shape} cannot be stored: {problem}")
         asked = self._codec if compression is _DEFAULT else codec_for(compression, self._level)
-        codec: CodecBase = asked.for_dtype(spec.dtype)  # "huffman" stores integers as "zstd"
+        codec: CodecBase = asked.for_dtype(spec.dtype)  # "huffman" and "auto" store integers as "zstd"
         if codec.since > self._head_minor and self._rewrite_head is None:
             # An upload's preamble already states an older version: a codec
             # newer than it (codec 4 asked per tensor) gives way to codec 1.
