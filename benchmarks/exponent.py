@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib.util
 import io
 import json
 import pstats
@@ -156,9 +157,7 @@ class ZipNNTensors:
     @classmethod
     def of(cls, tensors: dict[str, np.ndarray]) -> ZipNNTensors | None:
         """None where zipnn is not installed."""
-        try:
-            import zipnn  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("zipnn") is None:
             return None
         return cls(tensors)
 
