@@ -18,7 +18,7 @@ Neither may crash or hang: the chunks are at most a thousand elements, so
 the numpy path stays fast.
 
 The quick tier runs ``examples(60)`` mutants over all the seeds; the slow
-one ``LAZYSTORE_FUZZ_EXAMPLES`` (default ``examples(2000)``) per seed. A
+one ``LAZYSTORE_FUZZ_EXAMPLES`` (default ``examples(500)``) per seed. A
 mutant that breaks a rule is kept under
 tests/data/fuzz_regressions/float_planes/ as
 ``<dtype>-<elements>-<what>.chunk`` (its stored bytes) and replayed by
@@ -260,7 +260,7 @@ def test_mutated_chunks_are_refused_or_decoded_alike(name, edits, extra):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SEED_NAMES)
-@settings(max_examples=int(os.environ.get("LAZYSTORE_FUZZ_EXAMPLES") or examples(2000)), **FUZZ)
+@settings(max_examples=int(os.environ.get("LAZYSTORE_FUZZ_EXAMPLES") or examples(500)), **FUZZ)
 @given(edits=st.lists(mutation, min_size=1, max_size=8), extra=EXTRA)
 def test_mutated_chunks_long_run(name, edits, extra):
     # Every seed, many mutants each, up to 8 edits in a row.
