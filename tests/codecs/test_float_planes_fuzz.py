@@ -14,8 +14,9 @@ one element more or fewer than the chunk holds. Each mutant is decoded by
 ``FloatPlanes().decode_into`` with the C kernels and with
 ``compiled.kernels = None``: each must raise FormatError or fill the
 output, and the two must agree (both refuse, or both give the same bytes).
-Neither may crash or hang: the chunks are at most a thousand elements, so
-the numpy path stays fast.
+Neither may crash or hang: the chunks are a few hundred elements (two of
+9,000, whose streams span several of the C decoder's blocks), so the numpy
+path stays fast.
 
 The quick tier runs ``examples(60)`` mutants over all the seeds; the slow
 one ``LAZYSTORE_FUZZ_EXAMPLES`` (default ``examples(500)``) per seed. A
@@ -50,6 +51,7 @@ from tests.properties.test_spec_reader import SpecError, huffman_plane
 
 REGRESSIONS = DATA / "fuzz_regressions" / "float_planes"
 SEED_ELEMENTS = 300  # per seed chunk: short enough for the numpy decoder, long enough for 4 streams
+LONG_ELEMENTS = 9000  # a few seeds: streams of several kernel blocks, still ~2 ms for numpy
 KERNELS = compiled.kernels  # as imported; a test may swap compiled.kernels out
 
 
@@ -129,6 +131,10 @@ def seeds() -> dict[str, Seed]:
     out["built-e4m3-8-streams-12-bits"] = built(rng.permutation(skewed).view(ml_dtypes.float8_e4m3fn), 8, 12)
     out["built-bf16-1-stream"] = built(weights.astype(ml_dtypes.bfloat16), 1, 11)
     out["built-fp32-2-streams"] = built(weights.astype(np.float32), 2, 11)
+    # Several of the C decoder's blocks (1024 symbols) per stream.
+    long = rng.standard_normal(LONG_ELEMENTS) * 0.05
+    out["long-bf16"] = seed(long.astype(ml_dtypes.bfloat16))
+    out["long-fp32-8-streams"] = built(long.astype(np.float32), 8, 11)
     out["tiny-bf16"] = seed(np.array([0.5, -1, 2, 0.25, 0.5, 0.5, 1, 0.5], dtype=ml_dtypes.bfloat16))
     return out
 
@@ -231,7 +237,7 @@ SEED_NAMES = ["minilm-bf16", "minilm-fp32", "minilm-fp16", "minilm-e4m3", "minil
               "minilm-fp32_const_exponent", "random-bfloat16", "random-float32", "random-float16",
               "random-float8_e5m2", "random-bits-bfloat16", "random-bits-float32", "random-bits-float16",
               "random-bits-float8_e5m2", "built-e4m3-8-streams-12-bits", "built-bf16-1-stream",
-              "built-fp32-2-streams", "tiny-bf16"]
+              "built-fp32-2-streams", "long-bf16", "long-fp32-8-streams", "tiny-bf16"]
 EXTRA = st.sampled_from([0, 0, 0, -1, 1])
 FUZZ = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
