@@ -12,6 +12,10 @@ with zstandard 0.25.0 (libzstd 1.5.7). Never regenerate it to make a test
 pass (see test_golden.py). ``spec_open`` below reads it from
 docs/format.md alone ("Sealed (encrypted) chunks", rules S1-S6), with
 its own cryptography calls: HKDF, AES-GCM and HMAC, nothing of lazystore's.
+It also reads format 1.5's sealed golden file, golden_v1_5_sealed.lzy
+(codec 132: a codec-4 chunk, sealed; test_golden_huffman.py freezes its
+bytes), whose inner chunks the spec reader's ``decode_float_planes``
+decodes (§9.5).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import hmac
 import json
 import struct
 
+import ml_dtypes
 import numpy as np
 import pytest
 import zstandard
@@ -28,7 +33,8 @@ import zstandard
 import lazystore as ls
 from tests.paths import DATA
 from tests.properties.test_golden import committed, same_zstd
-from tests.properties.test_spec_reader import SpecFile, SpecVersionError
+from tests.properties.test_golden_huffman import goldens, sealed_golden
+from tests.properties.test_spec_reader import DTYPES, SpecFile, SpecVersionError, decode_float_planes
 
 pytest.importorskip("cryptography")
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -84,15 +90,17 @@ def test_a_1_1_reader_refuses_it_as_a_newer_version():
 
 
 def spec_open(blob: bytes, key: bytes) -> dict[str, np.ndarray]:
-    """Every tensor of a sealed file, decrypted and decoded as the spec says."""
+    """Every tensor of a sealed file (format 1.4 or 1.5), decrypted and
+    decoded as the spec says."""
     idx_off, idx_len, _, major, minor, _, _ = struct.unpack("<QQQHHI8s", blob[-40:])
-    assert (major, minor) == (1, 4)
+    assert (major, minor) in ((1, 4), (1, 5))
     index = blob[idx_off : idx_off + idx_len]
     esize, csize, count, ndims, nchunks, knb, mnb, _, _, _ = struct.unpack_from("<IIQQQQQIIQ", index)
     meta = json.loads(index[idx_len - mnb :])
     member = meta[MEMBER]
     assert list(meta)[-1] == MEMBER and list(member)[-1] == "index_mac"  # written last (S5)
     salt = bytes.fromhex(member["salt"])
+    # the info strings say 1.4 in a 1.5 file too (§20): sealing is unchanged
     derive = lambda info, n: HKDF(SHA256(), n, salt, info).derive(key)  # noqa: E731 - three uses
     assert derive(b"lazystore 1.4 key check", 16).hex() == member["key_check"]  # S6, first
     assert index.endswith(b'"}}')  # S5: the index ends with the MAC's 64 digits, '"', '}', '}'
@@ -109,10 +117,11 @@ def spec_open(blob: bytes, key: bytes) -> dict[str, np.ndarray]:
             "<QQQQQBBBBB3s", index, 64 + i * esize)
         shape = struct.unpack_from(f"<{ndim}Q", index, dim_at)
         dim_at += 8 * ndim
-        dtype = np.dtype({11: "<f4", 2: "i1"}[code])
+        dtype = DTYPES[code]
         assert axis == 0  # what these files use: chunk c holds rows [c * extent, (c + 1) * extent)
         row = nbytes // shape[0] if shape[0] else 0
-        assert codec in (128, 129) or chunks == 0  # S4
+        assert codec in (128, 129, 132) or chunks == 0  # S4
+        assert codec != 132 or minor >= 5  # C6
         data = bytearray()
         for c in range(chunks):
             stored = struct.unpack_from("<Q", index, records_at + g * csize)[0]
@@ -120,7 +129,9 @@ def spec_open(blob: bytes, key: bytes) -> dict[str, np.ndarray]:
             aad = name.encode() + b"\0" + struct.pack("<Q", c)
             plain = aead.decrypt(nonce, blob[off : off + stored], aad)  # ciphertext, then the 16-byte tag
             decoded = min(extent, shape[0] - c * extent) * row
-            data += plain if codec == 128 else _planes(plain, planes, decoded // planes)
+            if codec == 132:  # the inner bytes are a codec-4 chunk (S2)
+                plain = decode_float_planes(plain, code, decoded)
+            data += plain if codec in (128, 132) else _planes(plain, planes, decoded // planes)
             off += stored
             g += 1
         assert len(data) == nbytes
@@ -156,3 +167,27 @@ def test_the_spec_reader_agrees_with_lazystore_on_a_larger_file(tmp_path):
         w.add("z", tensors["z"], compression="zstd")
     for name, value in spec_open(path.read_bytes(), KEY).items():
         np.testing.assert_array_equal(value, tensors[name])
+
+
+def test_the_spec_reader_decrypts_the_1_5_golden_file():
+    read = spec_open(sealed_golden(), goldens.KEY)
+    for name, value in goldens.sealed_tensors().items():
+        assert read[name].tobytes() == value.tobytes() and read[name].dtype == value.dtype
+
+
+def test_a_1_4_reader_refuses_the_1_5_file_as_a_newer_version():
+    sealed_golden()
+    with pytest.raises(SpecVersionError, match=r"format 1\.5 and uses codec 132.*newer reader"):
+        SpecFile(goldens.SEALED, reader_minor=4, codecs=(0, 1))
+
+
+def test_the_spec_reader_agrees_with_lazystore_on_a_larger_huffman_file(tmp_path):
+    rng = np.random.default_rng(2)
+    tensors = {"a": (rng.standard_normal((300, 7)) * 0.05).astype(ml_dtypes.bfloat16),
+               "b": rng.standard_normal((90, 5)).astype(np.float32), "i": np.arange(70, dtype=np.int16)}
+    path = tmp_path / "big.lzy"
+    ls.save(tensors, path, compression="huffman", encryption_key=KEY, chunk_bytes=1000)
+    with ls.open(path, encryption_key=KEY) as ck:
+        assert [ck.info(n).compression for n in ck] == ["sealed+huffman", "sealed+huffman", "sealed+zstd"]
+    for name, value in spec_open(path.read_bytes(), KEY).items():
+        assert value.tobytes() == tensors[name].tobytes()
