@@ -3,11 +3,11 @@
 
    Decoding: one table lookup gives up to 4 symbols (entry bytes, see
    _huffman.h), and the plane's S streams are read in lockstep, so their
-   lookups, independent of one another, overlap in the CPU. Each stream's
-   64-bit bit buffer is refilled by one unaligned load while 8 bytes remain
-   (Giesen's "variant 4"); nearer the end the remaining bytes are copied
-   into a zeroed word, so no read passes a stream's end and the stream reads
-   as zeros after it. Bits taken past the end are caught afterwards: a
+   lookups, independent of one another, overlap in the CPU. A stream is a
+   bit position: 4 lookups decode from one unaligned 8-byte load at it
+   (Giesen's bit-position reader) while 8 bytes remain; nearer the end the
+   remaining bytes are copied into a zeroed word, so no read passes a
+   stream's end and the stream reads as zeros after it. Bits taken past the end are caught afterwards: a
    stream that used more bits than it has ends early, one with a whole byte
    or non-zero bits left after its last symbol ends late.
 
@@ -77,7 +77,7 @@ const char *huff_build_table(huff_table *t, const uint8_t *symbols, const uint8_
             n++;
             used += len;
         }
-        t->entry[idx] = e | (uint64_t)n << 32 | (uint64_t)used << 40 | (uint64_t)len_at[idx] << 48;
+        t->entry[idx] = e | (uint64_t)n << 32 | (uint64_t)len_at[idx] << 40 | (uint64_t)used << 56;
     }
     return NULL;
 }
@@ -92,102 +92,111 @@ const char *huff_plane_start(huff_plane *p, const huff_table *t, const uint8_t *
     p->q = q;
     for (int s = 0; s < nstreams; s++) {
         p->count[s] = s + 1 < nstreams ? q : n - (size_t)s * q;
-        p->stream[s] = (huff_reader){streams[s], lens[s], 0, 0, 0};
+        p->stream[s] = (huff_reader){streams[s], lens[s], 0};
     }
     return NULL;
 }
 
-static inline void refill(huff_reader *r) {
+/* The stream's next bits, at least 57 of them: one unaligned load while 8
+   bytes remain from the next bit's byte, else the bytes left copied into a
+   zeroed word (nothing is read past the stream, which reads as zeros). */
+static inline uint64_t peek(const huff_reader *r) {
+    size_t at = r->bit >> 3; /* at most a few bytes past len: no wrap */
     uint64_t v = 0;
-    if (r->pos + 8 <= r->len) { /* pos stays within a few bytes of len: no wrap */
-        v = load64(r->data + r->pos);
-    } else if (r->pos < r->len) {
-        memcpy(&v, r->data + r->pos, r->len - r->pos);
+    if (at + 8 <= r->len) v = load64(r->data + at);
+    else if (at < r->len) memcpy(&v, r->data + at, r->len - at);
+    return v >> (r->bit & 7);
+}
+
+/* One stream's last symbols of a block, alone: whole entries (4 bytes
+   stored, `count` kept) while 4 or more are wanted, then one at a time. */
+static void finish_stream(huff_reader *r, const uint64_t *table, uint64_t mask, uint8_t *dst, size_t want) {
+    size_t at = 0;
+    while (at < want) {
+        uint64_t e = table[peek(r) & mask];
+        if (want - at >= 4) {
+            store32(dst + at, (uint32_t)e);
+            at += (e >> 32) & 0xff;
+            r->bit += e >> 56;
+        } else {
+            dst[at++] = (uint8_t)e;
+            r->bit += (e >> 40) & 0xff;
+        }
     }
-    r->buf |= v << r->cnt;
-    r->pos += (63 - r->cnt) >> 3;
-    r->cnt |= 56;
 }
 
-/* Up to 4 symbols at once: 4 bytes are stored, `count` of them kept. */
-static inline size_t take_entry(huff_reader *r, const uint64_t *table, uint64_t mask, uint8_t *dst) {
-    uint64_t e = table[r->buf & mask];
-    store32(dst, (uint32_t)e);
-    unsigned bits = (unsigned)(e >> 40) & 0xff;
-    r->buf >>= bits;
-    r->cnt -= bits;
-    return (size_t)(e >> 32) & 0xff;
-}
-
-/* One symbol: near a block's end, where a whole entry could go past it. */
-static inline void take_one(huff_reader *r, const uint64_t *table, uint64_t mask, uint8_t *dst) {
-    uint64_t e = table[r->buf & mask];
-    *dst = (uint8_t)e;
-    unsigned bits = (unsigned)(e >> 48) & 0xff;
-    r->buf >>= bits;
-    r->cnt -= bits;
-}
-
-/* S constant in each call (the switch below), so the streams' state stays
-   in registers. A refill leaves at least 56 bits, and 4 lookups take at
-   most 48; 16 symbols of room keep the 4-byte stores inside the block. */
-static inline __attribute__((always_inline)) void decode_streams(huff_reader *r, int S, const uint64_t *table,
-                                                                   uint64_t mask, const size_t *want,
+/* S constant in each call (the switch below), so that after unrolling each
+   stream's state (data, bit position, output pointer) is three registers.
+   A round is one load of 8 bytes and 4 lookups (at most 48 <= 57 bits) per
+   stream; `rounds` is computed so that no round reads past a stream's end
+   nor writes past its block (16 symbols a round at most, the last 4-byte
+   store included), so the rounds have no branch but the loop's own. */
+static inline __attribute__((always_inline)) void decode_streams(huff_reader *r, const int S, const uint64_t *table,
+                                                                   uint64_t mask, unsigned lmax, const size_t *want,
                                                                    uint8_t *const *dst) {
-    huff_reader st[HUFF_MAX_STREAMS];
-    size_t at[HUFF_MAX_STREAMS];
+    const uint8_t *data[HUFF_MAX_STREAMS];
+    uint8_t *d[HUFF_MAX_STREAMS];
+    size_t bit[HUFF_MAX_STREAMS];
     for (int s = 0; s < S; s++) {
-        st[s] = r[s];
-        at[s] = 0;
+        data[s] = r[s].data;
+        bit[s] = r[s].bit;
+        d[s] = dst[s];
     }
+    const size_t round_bits = 4 * (size_t)lmax;
     for (;;) {
-        /* Rounds that cannot pass any stream's end (16 symbols at most each). */
         size_t rounds = SIZE_MAX;
         for (int s = 0; s < S; s++) {
-            size_t r = (want[s] - at[s]) / 16;
-            rounds = r < rounds ? r : rounds;
+            size_t by_symbols = (want[s] - (size_t)(d[s] - dst[s])) / 16;
+            /* Round i loads at bit <= bit + i * round_bits: its 8 bytes must be in. */
+            size_t last = r[s].len >= 8 ? 8 * (r[s].len - 8) : 0;
+            size_t by_bytes = r[s].len < 8 || bit[s] > last ? 0 : (last - bit[s]) / round_bits + 1;
+            size_t n = by_symbols < by_bytes ? by_symbols : by_bytes;
+            rounds = n < rounds ? n : rounds;
         }
         if (rounds == 0) break;
-        for (; rounds > 0; rounds--) {
+        do {
             for (int s = 0; s < S; s++) {
-                refill(&st[s]);
-                at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
-                at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
-                at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
-                at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
+                uint64_t buf = load64(data[s] + (bit[s] >> 3)) >> (bit[s] & 7), e;
+                unsigned used;
+#define TAKE                                                                                                           \
+    e = table[buf & mask];                                                                                             \
+    store32(d[s], (uint32_t)e);                                                                                        \
+    d[s] += (e >> 32) & 0xff;                                                                                          \
+    used = (unsigned)(e >> 56);                                                                                        \
+    buf >>= used;                                                                                                      \
+    bit[s] += used;
+                TAKE TAKE TAKE TAKE
+#undef TAKE
             }
-        }
+        } while (--rounds);
     }
     for (int s = 0; s < S; s++) {
-        while (at[s] < want[s]) {
-            refill(&st[s]);
-            if (want[s] - at[s] >= 4) at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
-            else take_one(&st[s], table, mask, dst[s] + at[s]++);
-        }
-        r[s] = st[s];
+        r[s].bit = bit[s];
+        size_t at = (size_t)(d[s] - dst[s]);
+        finish_stream(&r[s], table, mask, d[s], want[s] - at);
     }
 }
 
 void huff_decode(huff_plane *p, const size_t *want, uint8_t *const *dst) {
     const uint64_t *table = p->table->entry;
-    uint64_t mask = ((uint64_t)1 << p->table->lmax) - 1;
+    unsigned lmax = (unsigned)p->table->lmax;
+    uint64_t mask = ((uint64_t)1 << lmax) - 1;
     switch (p->nstreams) {
-    case 1: decode_streams(p->stream, 1, table, mask, want, dst); break;
-    case 2: decode_streams(p->stream, 2, table, mask, want, dst); break;
-    case 3: decode_streams(p->stream, 3, table, mask, want, dst); break;
-    case 4: decode_streams(p->stream, 4, table, mask, want, dst); break;
-    case 5: decode_streams(p->stream, 5, table, mask, want, dst); break;
-    case 6: decode_streams(p->stream, 6, table, mask, want, dst); break;
-    case 7: decode_streams(p->stream, 7, table, mask, want, dst); break;
-    default: decode_streams(p->stream, 8, table, mask, want, dst); break;
+    case 1: decode_streams(p->stream, 1, table, mask, lmax, want, dst); break;
+    case 2: decode_streams(p->stream, 2, table, mask, lmax, want, dst); break;
+    case 3: decode_streams(p->stream, 3, table, mask, lmax, want, dst); break;
+    case 4: decode_streams(p->stream, 4, table, mask, lmax, want, dst); break;
+    case 5: decode_streams(p->stream, 5, table, mask, lmax, want, dst); break;
+    case 6: decode_streams(p->stream, 6, table, mask, lmax, want, dst); break;
+    case 7: decode_streams(p->stream, 7, table, mask, lmax, want, dst); break;
+    default: decode_streams(p->stream, 8, table, mask, lmax, want, dst); break;
     }
 }
 
 int huff_plane_finish(const huff_plane *p, char *msg, size_t size) {
     for (int s = 0; s < p->nstreams; s++) {
         const huff_reader *r = &p->stream[s];
-        /* Bits taken: all loaded (pos whole bytes) but the cnt still held. */
-        uint64_t used = (uint64_t)r->pos * 8 - r->cnt, have = (uint64_t)r->len * 8;
+        uint64_t used = r->bit, have = (uint64_t)r->len * 8;
         if (used > have) {
             snprintf(msg, size, "Huffman stream %d ends early: its %zu symbols need more than its %zu bytes", s,
                      p->count[s], r->len);
@@ -198,8 +207,8 @@ int huff_plane_finish(const huff_plane *p, char *msg, size_t size) {
                      (unsigned long long)(have - used), p->count[s]);
             return -1;
         }
-        /* The pad bits are the next ones in the buffer (cnt >= 8 here). */
-        if (r->buf & (((uint64_t)1 << (have - used)) - 1)) {
+        /* The pad bits: the last byte's bits from `used` on. */
+        if (have > used && r->data[r->len - 1] >> (used & 7)) {
             snprintf(msg, size, "Huffman stream %d ends late: non-zero pad bits after its last symbol", s);
             return -1;
         }

@@ -12,20 +12,19 @@
 
 /* The decode table: entry i is what the next Lmax stream bits (as an
    LSB-first integer) decode to. Bytes 0-3: up to 4 symbols; byte 4: their
-   count (1..4); byte 5: the bits they take; byte 6: the first symbol's
-   length (alone, for a stream's last symbols). */
+   count (1..4); byte 5: the first symbol's length (alone, for a stream's
+   last symbols); byte 7: the bits the symbols take, on top so that one
+   shift gives it. */
 typedef struct {
     int lmax;
     uint64_t entry[1 << HUFF_MAX_LENGTH];
 } huff_table;
 
-/* One stream being read: the next byte to load is data[pos] (beyond len the
-   stream reads as zeros), and buf holds cnt bits not yet decoded. */
+/* One stream being read: bit `bit` (LSB-first from data[0]) is the next
+   one to decode; beyond len bytes the stream reads as zeros. */
 typedef struct {
     const uint8_t *data;
-    size_t len, pos;
-    uint64_t buf;
-    unsigned cnt;
+    size_t len, bit;
 } huff_reader;
 
 typedef struct {
