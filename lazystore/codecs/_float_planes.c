@@ -120,6 +120,49 @@ done:
 
 /* ---- the Huffman encoder ---- */
 
+/* The counts of each byte value, into four tables in turn so that a run of
+   one value (the exponent plane is mostly a few) does not make each
+   increment wait for the last one's store. */
+KERNEL static void count_bytes(const uint8_t *src, size_t n, uint64_t counts[256]) {
+    uint64_t part[4][256];
+    memset(part, 0, sizeof part);
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint32_t w = load32(src + i);
+        part[0][w & 0xff]++;
+        part[1][(w >> 8) & 0xff]++;
+        part[2][(w >> 16) & 0xff]++;
+        part[3][w >> 24]++;
+    }
+    for (; i < n; i++) part[0][src[i]]++;
+    for (int v = 0; v < 256; v++) counts[v] = part[0][v] + part[1][v] + part[2][v] + part[3][v];
+}
+
+PyObject *byte_counts(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer plane, out;
+    if (!PyArg_ParseTuple(args, "y*w*", &plane, &out)) return NULL;
+    PyObject *result = NULL;
+    if (out.len != 256 * 8) {
+        PyErr_Format(PyExc_ValueError, "the counts are 256 u64 (2048 bytes), not %zd bytes", out.len);
+        goto done;
+    }
+    if (overlaps(&plane, &out)) {
+        PyErr_SetString(PyExc_ValueError, "the counts overlap the plane: it would be overwritten while read");
+        goto done;
+    }
+    uint64_t counts[256];
+    Py_BEGIN_ALLOW_THREADS
+    count_bytes(plane.buf, (size_t)plane.len, counts);
+    Py_END_ALLOW_THREADS
+    memcpy(out.buf, counts, sizeof counts);
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&plane);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+
 PyObject *huffman_encode(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer plane, lens;
     int nstreams;

@@ -397,6 +397,23 @@ def test_huffman_encode_refuses_a_stream_without_symbols():
         kernels.huffman_encode(np.array([0, 1, 0, 1, 1], np.uint8), bytes([1, 1]) + bytes(254), 4)
 
 
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 5, 4097])
+def test_byte_counts_match_bincount(n):
+    rng = np.random.default_rng(n)
+    plane = np.concatenate([rng.integers(0, 256, n // 2), np.full(n - n // 2, 127)]).astype(np.uint8)
+    counts = np.full(256, 99, dtype=np.uint64)
+    kernels.byte_counts(plane, counts)
+    np.testing.assert_array_equal(counts, np.bincount(plane, minlength=256))
+
+
+def test_byte_counts_refusals():
+    with pytest.raises(ValueError, match="256 u64"):
+        kernels.byte_counts(bytes(10), np.zeros(255, np.uint64))
+    both = np.zeros(300, np.uint64)
+    with pytest.raises(ValueError, match="overlap"):
+        kernels.byte_counts(both.view(np.uint8)[:100], both[:256])
+
+
 # ---- mutated streams: a refusal or a result, never a crash ----
 
 FUZZ_PLANE = np.clip(np.random.default_rng(9).normal(120, 6, 3000), 0, 255).astype(np.uint8)
