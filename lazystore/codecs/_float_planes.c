@@ -5,7 +5,9 @@
    stream at a time into a small scratch (L1-sized), then merges that block
    with the other planes' bytes straight into whole elements: the exponent
    never exists as a plane-sized buffer. A 1-plane dtype (fp8) decodes
-   straight into the output, which is the plane.
+   straight into the output, which is the plane. Given the chunk's plane
+   modes, it takes a Huffman plane as stored and parses its header and
+   table itself (parse_huffman), with the Python parser's refusals.
 
    As in _kernels.c, every buffer is taken before the GIL is let go (asking
    for one can run Python code), the items are held in tuples of our own,
@@ -245,6 +247,7 @@ typedef struct {
     int nstreams;
     const uint8_t *streams[HUFF_MAX_STREAMS];
     size_t stream_len[HUFF_MAX_STREAMS];
+    uint8_t unpacked[256]; /* the lengths, when parsed here from their nibbles */
 } plane_in;
 
 typedef struct {
@@ -260,9 +263,75 @@ static int take(view_set *v, PyObject *obj, const uint8_t **ptr, size_t *len) {
     return 0;
 }
 
-/* Item j: m bytes, or a Huffman plane (symbols, lengths, lmax, streams). */
-static int take_plane(view_set *v, PyObject *item, size_t m, Py_ssize_t j, plane_in *in) {
+/* A stored Huffman plane of m symbols (design §3), split into its table
+   and streams with every refusal of huffman_code.parse_plane (the Python
+   parser the numpy path uses); huff_build_table and huff_plane_start
+   check the code and the stream count again before decoding. */
+static int parse_huffman(const uint8_t *b, size_t len, size_t m, Py_ssize_t j, plane_in *in) {
+    if (len < 3) {
+        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: %zu bytes, shorter than its 3-byte header", j, len);
+        return -1;
+    }
+    int s = b[0];
+    size_t k = (size_t)b[2] + 1;
+    in->huffman = 1;
+    in->lmax = b[1];
+    in->nstreams = s;
+    const char *why = s < 1 || s > HUFF_MAX_STREAMS     ? "its stream count is not 1..8"
+                      : in->lmax < 1 || in->lmax > 12 ? "its Lmax is not 1..12"
+                      : k < 2                         ? "it codes fewer than 2 symbols"
+                                                      : NULL;
+    if (why != NULL) {
+        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: %s", j, why);
+        return -1;
+    }
+    size_t table_end = 3 + k + (k + 1) / 2, body = table_end + 4 * (size_t)(s - 1);
+    if (len < body) {
+        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: %zu bytes, shorter than its table of %zu symbols and %d "
+                     "streams", j, len, k, s);
+        return -1;
+    }
+    in->k = k;
+    in->symbols = b + 3;
+    for (size_t i = 0; i < k; i++) in->unpacked[i] = (uint8_t)(b[3 + k + i / 2] >> (4 * (i % 2)) & 0x0f);
+    in->lengths = in->unpacked;
+    if (k % 2 && b[table_end - 1] >> 4) {
+        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: the pad nibble after its code lengths is not 0", j);
+        return -1;
+    }
+    /* The code itself: huff_build_table's refusals, while the GIL is held. */
+    if ((why = huff_check_code(in->symbols, in->lengths, k, in->lmax)) != NULL) {
+        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: %s", j, why);
+        return -1;
+    }
+    size_t q = m / (size_t)s + (m % (size_t)s != 0);
+    if ((size_t)(s - 1) * q >= m) {
+        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: %d streams leave one empty for %zu symbols", j, s, m);
+        return -1;
+    }
+    size_t at = body;
+    for (int i = 0; i < s; i++) {
+        size_t slen = i + 1 < s ? load32(b + table_end + 4 * (size_t)i) : len - at;
+        if (slen > len - at) {
+            PyErr_Format(PyExc_ValueError, "Huffman plane %zd: its stream lengths overrun its %zu bytes", j, len);
+            return -1;
+        }
+        in->streams[i] = b + at;
+        in->stream_len[i] = slen;
+        at += slen;
+    }
+    return 0;
+}
+
+/* Item j: m bytes, or a Huffman plane: (symbols, lengths, lmax, streams),
+   or with modes given and modes[j] == 2, the plane as stored. */
+static int take_plane(view_set *v, PyObject *item, size_t m, Py_ssize_t j, int stored_huffman, plane_in *in) {
     size_t len;
+    if (stored_huffman) {
+        const uint8_t *b;
+        if (take(v, item, &b, &len) < 0) return -1;
+        return parse_huffman(b, len, m, j, in);
+    }
     if (!PyTuple_Check(item)) {
         in->huffman = 0;
         if (take(v, item, &in->bytes, &len) < 0) return -1;
@@ -370,10 +439,15 @@ static int decode_chunk(int layout, int p, const plane_in *in, huff_state *st, s
 PyObject *float_decode(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *out_obj, *planes;
     long layout;
-    if (!PyArg_ParseTuple(args, "OlO", &out_obj, &layout, &planes)) return NULL;
+    Py_buffer modes = {.buf = NULL, .len = 0};
+    if (!PyArg_ParseTuple(args, "OlO|y*", &out_obj, &layout, &planes, &modes)) return NULL;
     PyObject *items = PySequence_Tuple(planes);
-    if (items == NULL) return NULL;
+    if (items == NULL) {
+        PyBuffer_Release(&modes);
+        return NULL;
+    }
     Py_ssize_t p = PyTuple_GET_SIZE(items);
+    const uint8_t *mode = modes.buf;
     view_set views = {.count = 0};
     plane_in in[MAX_FLOAT_PLANES];
     huff_state *st = NULL;
@@ -388,9 +462,14 @@ PyObject *float_decode(PyObject *Py_UNUSED(self), PyObject *args) {
         PyErr_Format(PyExc_ValueError, "%zd bytes are not whole elements of %zd bytes", out.len, p);
         goto done;
     }
+    if (mode != NULL && modes.len != p) {
+        PyErr_Format(PyExc_ValueError, "%zd plane modes for %zd planes", modes.len, p);
+        goto done;
+    }
     size_t m = (size_t)(out.len / p);
     for (Py_ssize_t j = 0; j < p; j++)
-        if (take_plane(&views, PyTuple_GET_ITEM(items, j), m, j, &in[j]) < 0) goto done;
+        if (take_plane(&views, PyTuple_GET_ITEM(items, j), m, j, mode != NULL && mode[j] == 2, &in[j]) < 0)
+            goto done;
     for (int i = 0; i < views.count; i++) {
         if (overlaps(&out, &views.views[i])) {
             PyErr_SetString(PyExc_ValueError, "the output overlaps an input plane: it would be overwritten while read");
@@ -426,6 +505,7 @@ done:
     PyMem_Free(st);
     for (int i = 0; i < views.count; i++) PyBuffer_Release(&views.views[i]);
     if (have_out) PyBuffer_Release(&out);
+    PyBuffer_Release(&modes);
     Py_DECREF(items);
     return result;
 }

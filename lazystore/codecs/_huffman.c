@@ -34,10 +34,12 @@ static void first_codes(const unsigned *per_length, int lmax, unsigned *first) {
     }
 }
 
-const char *huff_build_table(huff_table *t, const uint8_t *symbols, const uint8_t *lengths, size_t k, long lmax) {
+/* per_length: 13 counts, filled when the code is valid. */
+static const char *check_code(const uint8_t *symbols, const uint8_t *lengths, size_t k, long lmax,
+                              unsigned *per_length) {
     if (lmax < 1 || lmax > HUFF_MAX_LENGTH) return "Lmax outside 1..12";
     if (k < 2 || k > 256) return "a Huffman code needs 2 to 256 symbols";
-    unsigned per_length[HUFF_MAX_LENGTH + 1] = {0};
+    memset(per_length, 0, (HUFF_MAX_LENGTH + 1) * sizeof *per_length);
     uint32_t kraft = 0;
     for (size_t i = 0; i < k; i++) {
         if (i > 0 && symbols[i] <= symbols[i - 1]) return "the code's symbols are not strictly ascending";
@@ -47,6 +49,18 @@ const char *huff_build_table(huff_table *t, const uint8_t *symbols, const uint8_
     }
     if (kraft != 1u << lmax) return "the code lengths break Kraft's equality (the code is not complete)";
     if (per_length[lmax] == 0) return "no code is Lmax bits long";
+    return NULL;
+}
+
+const char *huff_check_code(const uint8_t *symbols, const uint8_t *lengths, size_t k, long lmax) {
+    unsigned per_length[HUFF_MAX_LENGTH + 1];
+    return check_code(symbols, lengths, k, lmax, per_length);
+}
+
+const char *huff_build_table(huff_table *t, const uint8_t *symbols, const uint8_t *lengths, size_t k, long lmax) {
+    unsigned per_length[HUFF_MAX_LENGTH + 1];
+    const char *why = check_code(symbols, lengths, k, lmax, per_length);
+    if (why != NULL) return why;
 
     unsigned first[HUFF_MAX_LENGTH + 1];
     first_codes(per_length, (int)lmax, first);

@@ -35,6 +35,9 @@ typedef struct {
     huff_reader stream[HUFF_MAX_STREAMS];
 } huff_plane;
 
+/* The checks of huff_build_table alone (NULL: the code is valid). */
+INTERNAL const char *huff_check_code(const uint8_t *symbols, const uint8_t *lengths, size_t k, long lmax);
+
 /* Validates the code (k symbols ascending, 1 <= length <= lmax <= 12, some
    length lmax, Kraft's equality) and builds its table. */
 INTERNAL const char *huff_build_table(huff_table *t, const uint8_t *symbols, const uint8_t *lengths, size_t k,

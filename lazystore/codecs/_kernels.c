@@ -194,8 +194,9 @@ static PyMethodDef methods[] = {
     {"float_split", float_split, METH_VARARGS,
      "float_split(chunk, layout, planes, out): the chunk's elements into codec 4's planes (plane j at j * m in out)."},
     {"float_decode", float_decode, METH_VARARGS,
-     "float_decode(out, layout, planes): codec 4's planes back into elements; a plane is m bytes, or a Huffman plane "
-     "as (symbols, lengths, lmax, streams), decoded block by block into the elements."},
+     "float_decode(out, layout, planes, modes=None): codec 4's planes back into elements; a plane is m bytes, or a "
+     "Huffman plane as (symbols, lengths, lmax, streams), or, where modes (one byte a plane, as a chunk stores them) "
+     "says 2, a Huffman plane as stored, parsed here; decoded block by block into the elements."},
     {NULL, NULL, 0, NULL},
 };
 

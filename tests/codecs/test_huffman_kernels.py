@@ -513,3 +513,36 @@ def test_the_kernels_and_the_numpy_reference_refuse_alike(flips, cut):
     assert (ours is None) == (theirs is None)
     if ours is not None:
         np.testing.assert_array_equal(ours, theirs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(flips=st.lists(st.integers(0, max(0, 8 * len(REF_BLOB) - 1)), min_size=1, max_size=3), cut=st.integers(0, 3),
+       n=st.sampled_from([REF_PLANE.size, REF_PLANE.size - 1, REF_PLANE.size + 1, 4, 3]))
+def test_the_kernels_parse_a_stored_plane_as_parse_plane_does(flips, cut, n):
+    # Flipped bits, mostly in the header and table, a cut end, an unexpected
+    # symbol count: float_decode given the stored plane (modes b"\x02", as
+    # codec 4 calls it) refuses exactly what parse_plane and the decode of its
+    # result refuse, and otherwise gives the same symbols.
+    blob = bytearray(REF_BLOB)
+    for bit in flips:
+        bit %= 8 * (3 + 2 * 256) if bit % 2 else 8 * len(blob)  # half of them in the first bytes
+        blob[bit // 8] ^= 1 << (bit % 8)
+    blob = bytes(blob[: len(blob) - cut])
+    theirs = np.empty(n, dtype=np.uint8)
+    try:
+        kernels.float_decode(theirs, PLAIN, [huffman_code.parse_plane(memoryview(blob), n)])
+    except (FormatError, ValueError):
+        theirs = None
+    ours = np.empty(n, dtype=np.uint8)
+    try:
+        kernels.float_decode(ours, PLAIN, [blob], b"\x02")
+    except ValueError:
+        ours = None
+    assert (ours is None) == (theirs is None)
+    if ours is not None:
+        np.testing.assert_array_equal(ours, theirs)
+
+
+def test_stored_planes_need_one_mode_a_plane():
+    with pytest.raises(ValueError, match="1 plane modes for 2 planes"):
+        kernels.float_decode(np.empty(8, np.uint8), PLAIN, [bytes(4), bytes(4)], b"\x00")
