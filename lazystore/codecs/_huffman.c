@@ -91,7 +91,7 @@ const char *huff_build_table(huff_table *t, const uint8_t *symbols, const uint8_
             n++;
             used += len;
         }
-        t->entry[idx] = e | (uint64_t)n << 32 | (uint64_t)len_at[idx] << 40 | (uint64_t)used << 56;
+        t->entry[idx] = used | e << 8 | (uint64_t)len_at[idx] << 40 | (uint64_t)n << 56;
     }
     return NULL;
 }
@@ -129,11 +129,11 @@ static void finish_stream(huff_reader *r, const uint64_t *table, uint64_t mask, 
     while (at < want) {
         uint64_t e = table[peek(r) & mask];
         if (want - at >= 4) {
-            store32(dst + at, (uint32_t)e);
-            at += (e >> 32) & 0xff;
-            r->bit += e >> 56;
+            store32(dst + at, (uint32_t)(e >> 8));
+            at += e >> 56;
+            r->bit += e & 0xff;
         } else {
-            dst[at++] = (uint8_t)e;
+            dst[at++] = (uint8_t)(e >> 8);
             r->bit += (e >> 40) & 0xff;
         }
     }
@@ -170,17 +170,19 @@ static inline __attribute__((always_inline)) void decode_streams(huff_reader *r,
         if (rounds == 0) break;
         do {
             for (int s = 0; s < S; s++) {
-                uint64_t buf = load64(data[s] + (bit[s] >> 3)) >> (bit[s] & 7), e;
-                unsigned used;
+                /* The shift takes e's low 6 bits (x86's shifts mask the count
+                   so, and gcc drops the & 63): the bits used. Byte 0 of the
+                   4 entries' sum is theirs (48 at most). */
+                uint64_t buf = load64(data[s] + (bit[s] >> 3)) >> (bit[s] & 7), e, sum = 0;
 #define TAKE                                                                                                           \
     e = table[buf & mask];                                                                                             \
-    store32(d[s], (uint32_t)e);                                                                                        \
-    d[s] += (e >> 32) & 0xff;                                                                                          \
-    used = (unsigned)(e >> 56);                                                                                        \
-    buf >>= used;                                                                                                      \
-    bit[s] += used;
+    store32(d[s], (uint32_t)(e >> 8));                                                                                 \
+    d[s] += e >> 56;                                                                                                   \
+    buf >>= e & 63;                                                                                                    \
+    sum += e;
                 TAKE TAKE TAKE TAKE
 #undef TAKE
+                bit[s] += sum & 0xff;
             }
         } while (--rounds);
     }

@@ -11,10 +11,10 @@
 #define HUFF_MAX_STREAMS 8
 
 /* The decode table: entry i is what the next Lmax stream bits (as an
-   LSB-first integer) decode to. Bytes 0-3: up to 4 symbols; byte 4: their
-   count (1..4); byte 5: the first symbol's length (alone, for a stream's
-   last symbols); byte 7: the bits the symbols take, on top so that one
-   shift gives it. */
+   LSB-first integer) decode to. Byte 0: the bits its symbols take (the
+   low byte, so that a shift by the entry shifts by it); bytes 1-4: up to 4
+   symbols; byte 5: the first symbol's length (alone, for a stream's last
+   symbols); byte 7: the symbol count (1..4), on top so one shift gives it. */
 typedef struct {
     int lmax;
     uint64_t entry[1 << HUFF_MAX_LENGTH];
