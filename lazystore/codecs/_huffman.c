@@ -64,7 +64,11 @@ const char *huff_build_table(huff_table *t, const uint8_t *symbols, const uint8_
 
     unsigned first[HUFF_MAX_LENGTH + 1];
     first_codes(per_length, (int)lmax, first);
-    size_t size = (size_t)1 << lmax;
+    /* The table looks at 11 bits at least (the writer's limit), so that the
+       decoder has 2 table widths to specialise on, not 12; a shorter code
+       just repeats in it, and its entries hold more symbols. */
+    unsigned window = lmax < HUFF_WINDOW ? HUFF_WINDOW : (unsigned)lmax;
+    size_t size = (size_t)1 << window;
     uint8_t sym_at[1 << HUFF_MAX_LENGTH], len_at[1 << HUFF_MAX_LENGTH];
     /* Kraft's equality makes the canonical code complete: every index is
        filled exactly once; the memset only keeps a bug from reading garbage. */
@@ -77,7 +81,7 @@ const char *huff_build_table(huff_table *t, const uint8_t *symbols, const uint8_
             len_at[idx] = (uint8_t)len;
         }
     }
-    t->lmax = (int)lmax;
+    t->window = (int)window;
     for (size_t idx = 0; idx < size; idx++) {
         /* Whole codes, greedily, as long as each fits in the Lmax bits (the
            bits above `used` are zeros here, so a longer code is not real). */
@@ -86,7 +90,7 @@ const char *huff_build_table(huff_table *t, const uint8_t *symbols, const uint8_
         while (n < 4) {
             size_t rest = idx >> used;
             unsigned len = len_at[rest];
-            if (len == 0 || len > (unsigned)lmax - used) break;
+            if (len == 0 || len > window - used) break;
             e |= (uint64_t)sym_at[rest] << (8 * n);
             n++;
             used += len;
@@ -145,9 +149,10 @@ static void finish_stream(huff_reader *r, const uint64_t *table, uint64_t mask, 
    stream; `rounds` is computed so that no round reads past a stream's end
    nor writes past its block (16 symbols a round at most, the last 4-byte
    store included), so the rounds have no branch but the loop's own. */
-static inline __attribute__((always_inline)) void decode_streams(huff_reader *r, const int S, const uint64_t *table,
-                                                                   uint64_t mask, unsigned lmax, const size_t *want,
+static inline __attribute__((always_inline)) void decode_streams(huff_reader *r, const int S, const unsigned W,
+                                                                   const uint64_t *table, const size_t *want,
                                                                    uint8_t *const *dst) {
+    const uint64_t mask = ((uint64_t)1 << W) - 1;
     const uint8_t *data[HUFF_MAX_STREAMS];
     uint8_t *d[HUFF_MAX_STREAMS];
     size_t bit[HUFF_MAX_STREAMS];
@@ -156,7 +161,7 @@ static inline __attribute__((always_inline)) void decode_streams(huff_reader *r,
         bit[s] = r[s].bit;
         d[s] = dst[s];
     }
-    const size_t round_bits = 4 * (size_t)lmax;
+    const size_t round_bits = 4 * (size_t)W;
     for (;;) {
         size_t rounds = SIZE_MAX;
         for (int s = 0; s < S; s++) {
@@ -193,19 +198,17 @@ static inline __attribute__((always_inline)) void decode_streams(huff_reader *r,
     }
 }
 
+#define DECODE(S)                                                                                                      \
+    case S:                                                                                                            \
+        if (p->table->window == HUFF_WINDOW) decode_streams(p->stream, S, HUFF_WINDOW, table, want, dst);             \
+        else decode_streams(p->stream, S, HUFF_MAX_LENGTH, table, want, dst);                                          \
+        break;
+
+/* S and the table's width constant in each decode_streams (mask and all). */
 void huff_decode(huff_plane *p, const size_t *want, uint8_t *const *dst) {
     const uint64_t *table = p->table->entry;
-    unsigned lmax = (unsigned)p->table->lmax;
-    uint64_t mask = ((uint64_t)1 << lmax) - 1;
     switch (p->nstreams) {
-    case 1: decode_streams(p->stream, 1, table, mask, lmax, want, dst); break;
-    case 2: decode_streams(p->stream, 2, table, mask, lmax, want, dst); break;
-    case 3: decode_streams(p->stream, 3, table, mask, lmax, want, dst); break;
-    case 4: decode_streams(p->stream, 4, table, mask, lmax, want, dst); break;
-    case 5: decode_streams(p->stream, 5, table, mask, lmax, want, dst); break;
-    case 6: decode_streams(p->stream, 6, table, mask, lmax, want, dst); break;
-    case 7: decode_streams(p->stream, 7, table, mask, lmax, want, dst); break;
-    default: decode_streams(p->stream, 8, table, mask, lmax, want, dst); break;
+        DECODE(1) DECODE(2) DECODE(3) DECODE(4) DECODE(5) DECODE(6) DECODE(7) DECODE(8)
     }
 }
 

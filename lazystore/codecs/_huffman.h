@@ -10,13 +10,14 @@
 #define HUFF_MAX_LENGTH 12
 #define HUFF_MAX_STREAMS 8
 
-/* The decode table: entry i is what the next Lmax stream bits (as an
+/* The decode table: entry i is what the next `window` stream bits (as an
    LSB-first integer) decode to. Byte 0: the bits its symbols take (the
    low byte, so that a shift by the entry shifts by it); bytes 1-4: up to 4
    symbols; byte 5: the first symbol's length (alone, for a stream's last
    symbols); byte 7: the symbol count (1..4), on top so one shift gives it. */
+#define HUFF_WINDOW 11 /* the fewest bits a table looks at */
 typedef struct {
-    int lmax;
+    int window; /* the bits a lookup looks at: max(Lmax, HUFF_WINDOW) */
     uint64_t entry[1 << HUFF_MAX_LENGTH];
 } huff_table;
 
