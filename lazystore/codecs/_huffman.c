@@ -144,7 +144,7 @@ static void finish_stream(huff_reader *r, const uint64_t *table, uint64_t mask, 
 }
 
 /* S constant in each call (the switch below), so that after unrolling each
-   stream's state (data, bit position, output pointer) is three registers.
+   stream's state (bit address, output pointer) is two registers.
    A round is one load of 8 bytes and 4 lookups (at most 48 <= 57 bits) per
    stream; `rounds` is computed so that no round reads past a stream's end
    nor writes past its block (16 symbols a round at most, the last 4-byte
@@ -153,12 +153,13 @@ static inline __attribute__((always_inline)) void decode_streams(huff_reader *r,
                                                                    const uint64_t *table, const size_t *want,
                                                                    uint8_t *const *dst) {
     const uint64_t mask = ((uint64_t)1 << W) - 1;
-    const uint8_t *data[HUFF_MAX_STREAMS];
+    /* A stream's bit address: its byte address times 8 plus the bit, one
+       register (a 64-bit host's addresses are under 2^57: no wrap; a
+       32-bit host's fit 35 bits). */
+    uint64_t at[HUFF_MAX_STREAMS];
     uint8_t *d[HUFF_MAX_STREAMS];
-    size_t bit[HUFF_MAX_STREAMS];
     for (int s = 0; s < S; s++) {
-        data[s] = r[s].data;
-        bit[s] = r[s].bit;
+        at[s] = (uint64_t)(uintptr_t)r[s].data * 8 + r[s].bit;
         d[s] = dst[s];
     }
     const size_t round_bits = 4 * (size_t)W;
@@ -166,19 +167,16 @@ static inline __attribute__((always_inline)) void decode_streams(huff_reader *r,
         size_t rounds = SIZE_MAX;
         for (int s = 0; s < S; s++) {
             size_t by_symbols = (want[s] - (size_t)(d[s] - dst[s])) / 16;
-            /* Round i loads at bit <= bit + i * round_bits: its 8 bytes must be in. */
+            size_t bit = (size_t)(at[s] - (uint64_t)(uintptr_t)r[s].data * 8);
             size_t last = r[s].len >= 8 ? 8 * (r[s].len - 8) : 0;
-            size_t by_bytes = r[s].len < 8 || bit[s] > last ? 0 : (last - bit[s]) / round_bits + 1;
+            size_t by_bytes = r[s].len < 8 || bit > last ? 0 : (last - bit) / round_bits + 1;
             size_t n = by_symbols < by_bytes ? by_symbols : by_bytes;
             rounds = n < rounds ? n : rounds;
         }
         if (rounds == 0) break;
         do {
             for (int s = 0; s < S; s++) {
-                /* The shift takes e's low 6 bits (x86's shifts mask the count
-                   so, and gcc drops the & 63): the bits used. Byte 0 of the
-                   4 entries' sum is theirs (48 at most). */
-                uint64_t buf = load64(data[s] + (bit[s] >> 3)) >> (bit[s] & 7), e, sum = 0;
+                uint64_t buf = load64((const uint8_t *)(uintptr_t)(at[s] >> 3)) >> (at[s] & 7), e, sum = 0;
 #define TAKE                                                                                                           \
     e = table[buf & mask];                                                                                             \
     store32(d[s], (uint32_t)(e >> 8));                                                                                 \
@@ -187,14 +185,14 @@ static inline __attribute__((always_inline)) void decode_streams(huff_reader *r,
     sum += e;
                 TAKE TAKE TAKE TAKE
 #undef TAKE
-                bit[s] += sum & 0xff;
+                at[s] += sum & 0xff;
             }
         } while (--rounds);
     }
     for (int s = 0; s < S; s++) {
-        r[s].bit = bit[s];
-        size_t at = (size_t)(d[s] - dst[s]);
-        finish_stream(&r[s], table, mask, d[s], want[s] - at);
+        r[s].bit = (size_t)(at[s] - (uint64_t)(uintptr_t)r[s].data * 8);
+        size_t done = (size_t)(d[s] - dst[s]);
+        finish_stream(&r[s], table, mask, d[s], want[s] - done);
     }
 }
 
