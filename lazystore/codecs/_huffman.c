@@ -175,6 +175,7 @@ static inline __attribute__((always_inline)) void decode_streams(huff_reader *r,
         }
         if (rounds == 0) break;
         do {
+#pragma GCC unroll 8 /* gcc keeps S = 8's state in memory otherwise */
             for (int s = 0; s < S; s++) {
                 uint64_t buf = load64((const uint8_t *)(uintptr_t)(at[s] >> 3)) >> (at[s] & 7), e, sum = 0;
 #define TAKE                                                                                                           \
