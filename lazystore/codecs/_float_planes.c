@@ -20,6 +20,8 @@
 #define LAYOUT_FP32 2  /* the same on the high half; planes 0, 1 the low bytes */
 #define MAX_FLOAT_PLANES 8
 #define BLOCK 1024
+/* Symbols a stream may decode past its block, kept for the next one. */
+#define SLACK 64
 #define MAX_VIEWS (MAX_FLOAT_PLANES * (2 + HUFF_MAX_STREAMS))
 
 static int check_layout(long layout, Py_ssize_t planes) {
@@ -366,7 +368,8 @@ static int take_plane(view_set *v, PyObject *item, size_t m, Py_ssize_t j, int s
 typedef struct {
     huff_table table;
     huff_plane plane;
-    uint8_t *scratch; /* BLOCK symbols a stream; or, off the lead's streams, the whole plane */
+    uint8_t *scratch; /* BLOCK + SLACK symbols a stream; or, off the lead's streams, the whole plane */
+    size_t carry[HUFF_MAX_STREAMS]; /* symbols decoded past the last block, at the start of the stream's scratch */
 } huff_state;
 
 /* The work itself, without the GIL. Returns 0, or -1 with msg filled. */
@@ -386,9 +389,10 @@ static int decode_chunk(int layout, int p, const plane_in *in, huff_state *st, s
     }
     const uint8_t *src[MAX_FLOAT_PLANES];
     uint8_t *dst[HUFF_MAX_STREAMS];
+    size_t got[HUFF_MAX_STREAMS];
     if (p == 1 && lead == 0) { /* the output is the plane */
         for (int s = 0; s < st[0].plane.nstreams; s++) dst[s] = out + (size_t)s * st[0].plane.q;
-        huff_decode(&st[0].plane, st[0].plane.count, dst);
+        huff_decode(&st[0].plane, st[0].plane.count, st[0].plane.count, dst, got);
         return huff_plane_finish(&st[0].plane, msg, size);
     }
     /* A Huffman plane whose streams split the chunk unlike the lead's (the
@@ -398,7 +402,7 @@ static int decode_chunk(int layout, int p, const plane_in *in, huff_state *st, s
         src[j] = in[j].bytes;
         if (!in[j].huffman || j == lead || st[j].plane.nstreams == st[lead].plane.nstreams) continue;
         for (int s = 0; s < st[j].plane.nstreams; s++) dst[s] = st[j].scratch + (size_t)s * st[j].plane.q;
-        huff_decode(&st[j].plane, st[j].plane.count, dst);
+        huff_decode(&st[j].plane, st[j].plane.count, st[j].plane.count, dst, got);
         src[j] = st[j].scratch;
     }
     if (lead < 0) {
@@ -407,23 +411,44 @@ static int decode_chunk(int layout, int p, const plane_in *in, huff_state *st, s
     }
     const huff_plane *geometry = &st[lead].plane;
     const int streams = geometry->nstreams;
+    const size_t stride = BLOCK + SLACK;
+    for (int j = 0; j < p; j++)
+        for (int s = 0; s < streams; s++) st[j].carry[s] = 0;
     for (size_t done = 0; done < geometry->q; done += BLOCK) {
-        size_t want[HUFF_MAX_STREAMS];
-        for (int s = 0; s < streams; s++)
-            want[s] = geometry->count[s] <= done ? 0 : geometry->count[s] - done < BLOCK ? geometry->count[s] - done
-                                                                                            : BLOCK;
+        /* Each stream's next BLOCK symbols (fewer at its end) are wanted;
+           it may decode SLACK more, never past its own last symbol. */
+        size_t block[HUFF_MAX_STREAMS], left[HUFF_MAX_STREAMS];
+        for (int s = 0; s < streams; s++) {
+            left[s] = geometry->count[s] > done ? geometry->count[s] - done : 0;
+            block[s] = left[s] < BLOCK ? left[s] : BLOCK;
+        }
         for (int j = 0; j < p; j++) {
             if (!in[j].huffman || st[j].plane.nstreams != streams) continue;
-            for (int s = 0; s < streams; s++) dst[s] = st[j].scratch + (size_t)s * BLOCK;
-            huff_decode(&st[j].plane, want, dst);
+            size_t want[HUFF_MAX_STREAMS], room[HUFF_MAX_STREAMS];
+            for (int s = 0; s < streams; s++) {
+                size_t carry = st[j].carry[s]; /* <= SLACK and <= left[s] */
+                want[s] = block[s] - (carry < block[s] ? carry : block[s]);
+                room[s] = (left[s] < stride ? left[s] : stride) - carry;
+                dst[s] = st[j].scratch + (size_t)s * stride + carry;
+            }
+            huff_decode(&st[j].plane, want, room, dst, got);
+            for (int s = 0; s < streams; s++) st[j].carry[s] += got[s];
         }
         for (int s = 0; s < streams; s++) {
             size_t first = (size_t)s * geometry->q + done;
             const uint8_t *from[MAX_FLOAT_PLANES];
             for (int j = 0; j < p; j++)
-                from[j] = in[j].huffman && st[j].plane.nstreams == streams ? st[j].scratch + (size_t)s * BLOCK
+                from[j] = in[j].huffman && st[j].plane.nstreams == streams ? st[j].scratch + (size_t)s * stride
                                                                            : src[j] + first;
-            if (want[s]) merge(layout, p, from, want[s], out + first * (size_t)p);
+            if (block[s]) merge(layout, p, from, block[s], out + first * (size_t)p);
+        }
+        for (int j = 0; j < p; j++) {
+            if (!in[j].huffman || st[j].plane.nstreams != streams) continue;
+            for (int s = 0; s < streams; s++) { /* the symbols past the block to its scratch's start */
+                uint8_t *scratch = st[j].scratch + (size_t)s * stride;
+                st[j].carry[s] -= block[s];
+                memmove(scratch, scratch + block[s], st[j].carry[s]);
+            }
         }
     }
     for (int j = 0; j < p; j++) {
@@ -488,7 +513,7 @@ PyObject *float_decode(PyObject *Py_UNUSED(self), PyObject *args) {
         if (!in[j].huffman || p == 1) continue;
         if (lead < 0) lead = (int)j;
         /* A block a stream; the whole plane when its streams are not the lead's. */
-        size_t bytes = in[j].nstreams == in[lead].nstreams ? (size_t)in[j].nstreams * BLOCK : m;
+        size_t bytes = in[j].nstreams == in[lead].nstreams ? (size_t)in[j].nstreams * (BLOCK + SLACK) : m;
         if ((st[j].scratch = PyMem_Malloc(bytes)) == NULL) {
             PyErr_NoMemory();
             goto done;

@@ -151,7 +151,8 @@ static void finish_stream(huff_reader *r, const uint64_t *table, uint64_t mask, 
    store included), so the rounds have no branch but the loop's own. */
 static inline __attribute__((always_inline)) void decode_streams(huff_reader *r, const int S, const unsigned W,
                                                                    const uint64_t *table, const size_t *want,
-                                                                   uint8_t *const *dst) {
+                                                                   const size_t *room, uint8_t *const *dst,
+                                                                   size_t *got) {
     const uint64_t mask = ((uint64_t)1 << W) - 1;
     /* A stream's bit address: its byte address times 8 plus the bit, one
        register (a 64-bit host's addresses are under 2^57: no wrap; a
@@ -165,15 +166,17 @@ static inline __attribute__((always_inline)) void decode_streams(huff_reader *r,
     const size_t round_bits = 4 * (size_t)W;
     for (;;) {
         size_t rounds = SIZE_MAX;
+        int wanting = 0;
         for (int s = 0; s < S; s++) {
-            size_t by_symbols = (want[s] - (size_t)(d[s] - dst[s])) / 16;
+            wanting |= (size_t)(d[s] - dst[s]) < want[s];
+            size_t by_symbols = (room[s] - (size_t)(d[s] - dst[s])) / 16;
             size_t bit = (size_t)(at[s] - (uint64_t)(uintptr_t)r[s].data * 8);
             size_t last = r[s].len >= 8 ? 8 * (r[s].len - 8) : 0;
             size_t by_bytes = r[s].len < 8 || bit > last ? 0 : (last - bit) / round_bits + 1;
             size_t n = by_symbols < by_bytes ? by_symbols : by_bytes;
             rounds = n < rounds ? n : rounds;
         }
-        if (rounds == 0) break;
+        if (rounds == 0 || !wanting) break;
         do {
 #pragma GCC unroll 8 /* gcc keeps S = 8's state in memory otherwise */
             for (int s = 0; s < S; s++) {
@@ -193,18 +196,19 @@ static inline __attribute__((always_inline)) void decode_streams(huff_reader *r,
     for (int s = 0; s < S; s++) {
         r[s].bit = (size_t)(at[s] - (uint64_t)(uintptr_t)r[s].data * 8);
         size_t done = (size_t)(d[s] - dst[s]);
-        finish_stream(&r[s], table, mask, d[s], want[s] - done);
+        if (done < want[s]) finish_stream(&r[s], table, mask, d[s], want[s] - done);
+        got[s] = done < want[s] ? want[s] : done;
     }
 }
 
 #define DECODE(S)                                                                                                      \
     case S:                                                                                                            \
-        if (p->table->window == HUFF_WINDOW) decode_streams(p->stream, S, HUFF_WINDOW, table, want, dst);             \
-        else decode_streams(p->stream, S, HUFF_MAX_LENGTH, table, want, dst);                                          \
+        if (p->table->window == HUFF_WINDOW) decode_streams(p->stream, S, HUFF_WINDOW, table, want, room, dst, got);             \
+        else decode_streams(p->stream, S, HUFF_MAX_LENGTH, table, want, room, dst, got);                                          \
         break;
 
 /* S and the table's width constant in each decode_streams (mask and all). */
-void huff_decode(huff_plane *p, const size_t *want, uint8_t *const *dst) {
+void huff_decode(huff_plane *p, const size_t *want, const size_t *room, uint8_t *const *dst, size_t *got) {
     const uint64_t *table = p->table->entry;
     switch (p->nstreams) {
         DECODE(1) DECODE(2) DECODE(3) DECODE(4) DECODE(5) DECODE(6) DECODE(7) DECODE(8)

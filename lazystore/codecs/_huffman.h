@@ -49,8 +49,12 @@ INTERNAL const char *huff_build_table(huff_table *t, const uint8_t *symbols, con
 INTERNAL const char *huff_plane_start(huff_plane *p, const huff_table *t, const uint8_t *const *streams,
                                       const size_t *lens, int nstreams, size_t n);
 
-/* The next want[s] symbols of each stream s into dst[s], streams in lockstep. */
-INTERNAL void huff_decode(huff_plane *p, const size_t *want, uint8_t *const *dst);
+/* The next want[s] to room[s] symbols of each stream s into dst[s] (room
+   >= want; stores stay below dst[s] + room[s]), streams in lockstep; got[s]
+   receives how many. Lockstep rounds stop where one stream's room runs out,
+   so some room to spare keeps the streams from finishing one by one. */
+INTERNAL void huff_decode(huff_plane *p, const size_t *want, const size_t *room, uint8_t *const *dst,
+                          size_t *got);
 
 /* After the last symbol: each stream used all of its bytes and its pad
    bits are zero. msg receives the refusal; returns 0 when there is none. */

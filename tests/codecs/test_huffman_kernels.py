@@ -249,6 +249,23 @@ def test_round_trip_with_planes_of_different_stream_counts():
     np.testing.assert_array_equal(decode_chunk(items, "bf16", chunk.size), chunk.view(np.uint8))
 
 
+@pytest.mark.parametrize("nstreams", [2, 4, 8])
+def test_round_trip_with_streams_decoding_at_unequal_speeds(nstreams):
+    # A stream runs ahead of its block into the next (the kernel keeps what
+    # it decoded past a block for the next one): here the first stream's
+    # symbols take 1 bit and the others' up to 11, so it gets far ahead
+    # each block, and the streams end at different points of a block.
+    m = 3 * 4096 + 77
+    chunk = random_bits(ml_dtypes.bfloat16, m, nstreams).view("<u2").copy()
+    chunk[: m // nstreams] = (chunk[: m // nstreams] & 0x807F) | (127 << 7)  # exponent 127 throughout
+    chunk = chunk.view(ml_dtypes.bfloat16)
+    items = encode_chunk(chunk, "bf16", nstreams=nstreams)
+    assert isinstance(items[1], tuple) and len(items[1][3]) == nstreams
+    np.testing.assert_array_equal(decode_chunk(items, "bf16", m), chunk.view(np.uint8))
+    two = encode_chunk(chunk, "bf16", huffman=(0, 1), nstreams=nstreams)  # both planes Huffman, in step
+    np.testing.assert_array_equal(decode_chunk(two, "bf16", m), chunk.view(np.uint8))
+
+
 @pytest.mark.parametrize("name", ["bf16", "fp32"])
 def test_round_trip_of_trained_weights(minilm, name):
     safetensors_numpy = pytest.importorskip("safetensors.numpy")
