@@ -7,9 +7,10 @@
    bit position: 4 lookups decode from one unaligned 8-byte load at it
    (Giesen's bit-position reader) while 8 bytes remain; nearer the end the
    remaining bytes are copied into a zeroed word, so no read passes a
-   stream's end and the stream reads as zeros after it. Bits taken past the end are caught afterwards: a
-   stream that used more bits than it has ends early, one with a whole byte
-   or non-zero bits left after its last symbol ends late.
+   stream's end and the stream reads as zeros after it. Bits taken past the
+   end are caught afterwards: a stream that used more bits than it has ends
+   early, one with a whole byte or non-zero bits left after its last symbol
+   ends late.
 
    Encoding: codes are written MSB-first into an LSB-first bit stream
    (deflate's order), so each code is stored bit-reversed and ORed in at the
