@@ -133,22 +133,33 @@ done:
 
 /* ---- the Huffman encoder ---- */
 
-/* The counts of each byte value, into four tables in turn so that a run of
-   one value (the exponent plane is mostly a few) does not make each
-   increment wait for the last one's store. */
+/* The counts of each byte value, into eight tables in turn so that a run
+   of one value (the exponent plane is mostly a few) does not make each
+   increment wait for the last one's store; u32 counts, added up into the
+   u64 ones every 2^29 bytes (each table counts an eighth). */
 KERNEL static void count_bytes(const uint8_t *src, size_t n, uint64_t counts[256]) {
-    uint64_t part[4][256];
-    memset(part, 0, sizeof part);
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        uint32_t w = load32(src + i);
-        part[0][w & 0xff]++;
-        part[1][(w >> 8) & 0xff]++;
-        part[2][(w >> 16) & 0xff]++;
-        part[3][w >> 24]++;
+    uint32_t part[8][256];
+    memset(counts, 0, 256 * sizeof *counts);
+    while (n > 0) {
+        size_t block = n < ((size_t)1 << 29) ? n : (size_t)1 << 29, i = 0;
+        memset(part, 0, sizeof part);
+        for (; i + 8 <= block; i += 8) {
+            uint64_t w = load64(src + i);
+            part[0][w & 0xff]++;
+            part[1][(w >> 8) & 0xff]++;
+            part[2][(w >> 16) & 0xff]++;
+            part[3][(w >> 24) & 0xff]++;
+            part[4][(w >> 32) & 0xff]++;
+            part[5][(w >> 40) & 0xff]++;
+            part[6][(w >> 48) & 0xff]++;
+            part[7][w >> 56]++;
+        }
+        for (; i < block; i++) part[0][src[i]]++;
+        for (int v = 0; v < 256; v++)
+            for (int t = 0; t < 8; t++) counts[v] += part[t][v];
+        src += block;
+        n -= block;
     }
-    for (; i < n; i++) part[0][src[i]]++;
-    for (int v = 0; v < 256; v++) counts[v] = part[0][v] + part[1][v] + part[2][v] + part[3][v];
 }
 
 PyObject *byte_counts(PyObject *Py_UNUSED(self), PyObject *args) {
