@@ -109,8 +109,8 @@ class FloatPlanes(Codec):
             # Huffman planes are decoded in L1-sized blocks and merged straight
             # into ``out``: no plane-sized buffer for the exponents. Given the
             # modes, the kernel parses a Huffman plane's header itself, with
-            # huffman_code.parse_plane's refusals (in Python it cost ~19 us a
-            # plane, 6% of a 1 MiB chunk's decode).
+            # huffman_code.parse_plane's refusals (parsing in Python was a
+            # noticeable part of a chunk's decode).
             try:
                 kernels.float_decode(out, layout.layout, blobs, modes)
             except ValueError as exc:
