@@ -5,7 +5,9 @@
    stream at a time into a small scratch (L1-sized), then merges that block
    with the other planes' bytes straight into whole elements: the exponent
    never exists as a plane-sized buffer. A 1-plane dtype (fp8) decodes
-   straight into the output, which is the plane.
+   straight into the output, which is the plane. Given the chunk's plane
+   modes, it takes a Huffman plane as stored and parses its header and
+   table itself (parse_huffman), with the Python parser's refusals.
 
    As in _kernels.c, every buffer is taken before the GIL is let go (asking
    for one can run Python code), the items are held in tuples of our own,
@@ -18,6 +20,8 @@
 #define LAYOUT_FP32 2  /* the same on the high half; planes 0, 1 the low bytes */
 #define MAX_FLOAT_PLANES 8
 #define BLOCK 1024
+/* Symbols a stream may decode past its block, kept for the next one. */
+#define SLACK 64
 #define MAX_VIEWS (MAX_FLOAT_PLANES * (2 + HUFF_MAX_STREAMS))
 
 static int check_layout(long layout, Py_ssize_t planes) {
@@ -66,17 +70,26 @@ static void split_plain(const uint8_t *in, int p, size_t m, uint8_t *out) {
         for (size_t i = 0; i < m; i++) out[(size_t)j * m + i] = in[i * (size_t)p + j];
 }
 
-KERNEL static void merge_bf16(const uint8_t *const *s, size_t n, uint8_t *out) {
-    const uint8_t *a = s[0], *b = s[1];
-    for (size_t i = 0; i < n; i++)
-        store16(out + 2 * i, (uint16_t)((a[i] & 0x7f) | ((a[i] & 0x80) << 8) | (b[i] << 7)));
+/* The merges compute each output byte (the element's high half: the low
+   exponent bit beside 7 mantissa bits, then the sign beside 7 exponent
+   bits) and store bytes, which gcc vectorises as byte interleaves; whole
+   words built from widened bytes took twice as long. */
+KERNEL static void merge_bf16(const uint8_t *const *s, size_t n, uint8_t *restrict out) {
+    const uint8_t *restrict a = s[0], *restrict b = s[1];
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = (uint8_t)((a[i] & 0x7f) | (b[i] << 7));
+        out[2 * i + 1] = (uint8_t)((a[i] & 0x80) | (b[i] >> 1));
+    }
 }
 
-KERNEL static void merge_fp32(const uint8_t *const *s, size_t n, uint8_t *out) {
-    const uint8_t *a = s[0], *b = s[1], *c = s[2], *d = s[3];
-    for (size_t i = 0; i < n; i++)
-        store32(out + 4 * i, (uint32_t)a[i] | ((uint32_t)b[i] << 8) | ((uint32_t)(c[i] & 0x7f) << 16) |
-                                 ((uint32_t)(c[i] & 0x80) << 24) | ((uint32_t)d[i] << 23));
+KERNEL static void merge_fp32(const uint8_t *const *s, size_t n, uint8_t *restrict out) {
+    const uint8_t *restrict a = s[0], *restrict b = s[1], *restrict c = s[2], *restrict d = s[3];
+    for (size_t i = 0; i < n; i++) {
+        out[4 * i] = a[i];
+        out[4 * i + 1] = b[i];
+        out[4 * i + 2] = (uint8_t)((c[i] & 0x7f) | (d[i] << 7));
+        out[4 * i + 3] = (uint8_t)((c[i] & 0x80) | (d[i] >> 1));
+    }
 }
 
 static void merge(int layout, int p, const uint8_t *const *s, size_t n, uint8_t *out) {
@@ -119,6 +132,60 @@ done:
 }
 
 /* ---- the Huffman encoder ---- */
+
+/* The counts of each byte value, into eight tables in turn so that a run
+   of one value (the exponent plane is mostly a few) does not make each
+   increment wait for the last one's store; u32 counts, added up into the
+   u64 ones every 2^29 bytes (each table counts an eighth). */
+KERNEL static void count_bytes(const uint8_t *src, size_t n, uint64_t counts[256]) {
+    uint32_t part[8][256];
+    memset(counts, 0, 256 * sizeof *counts);
+    while (n > 0) {
+        size_t block = n < ((size_t)1 << 29) ? n : (size_t)1 << 29, i = 0;
+        memset(part, 0, sizeof part);
+        for (; i + 8 <= block; i += 8) {
+            uint64_t w = load64(src + i);
+            part[0][w & 0xff]++;
+            part[1][(w >> 8) & 0xff]++;
+            part[2][(w >> 16) & 0xff]++;
+            part[3][(w >> 24) & 0xff]++;
+            part[4][(w >> 32) & 0xff]++;
+            part[5][(w >> 40) & 0xff]++;
+            part[6][(w >> 48) & 0xff]++;
+            part[7][w >> 56]++;
+        }
+        for (; i < block; i++) part[0][src[i]]++;
+        for (int v = 0; v < 256; v++)
+            for (int t = 0; t < 8; t++) counts[v] += part[t][v];
+        src += block;
+        n -= block;
+    }
+}
+
+PyObject *byte_counts(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer plane, out;
+    if (!PyArg_ParseTuple(args, "y*w*", &plane, &out)) return NULL;
+    PyObject *result = NULL;
+    if (out.len != 256 * 8) {
+        PyErr_Format(PyExc_ValueError, "the counts are 256 u64 (2048 bytes), not %zd bytes", out.len);
+        goto done;
+    }
+    if (overlaps(&plane, &out)) {
+        PyErr_SetString(PyExc_ValueError, "the counts overlap the plane: it would be overwritten while read");
+        goto done;
+    }
+    uint64_t counts[256];
+    Py_BEGIN_ALLOW_THREADS
+    count_bytes(plane.buf, (size_t)plane.len, counts);
+    Py_END_ALLOW_THREADS
+    memcpy(out.buf, counts, sizeof counts);
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&plane);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 
 PyObject *huffman_encode(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer plane, lens;
@@ -202,6 +269,7 @@ typedef struct {
     int nstreams;
     const uint8_t *streams[HUFF_MAX_STREAMS];
     size_t stream_len[HUFF_MAX_STREAMS];
+    uint8_t unpacked[256]; /* the lengths, when parsed here from their nibbles */
 } plane_in;
 
 typedef struct {
@@ -217,9 +285,75 @@ static int take(view_set *v, PyObject *obj, const uint8_t **ptr, size_t *len) {
     return 0;
 }
 
-/* Item j: m bytes, or a Huffman plane (symbols, lengths, lmax, streams). */
-static int take_plane(view_set *v, PyObject *item, size_t m, Py_ssize_t j, plane_in *in) {
+/* A stored Huffman plane of m symbols (design §3), split into its table
+   and streams with every refusal of huffman_code.parse_plane (the Python
+   parser the numpy path uses); huff_build_table and huff_plane_start
+   check the code and the stream count again before decoding. */
+static int parse_huffman(const uint8_t *b, size_t len, size_t m, Py_ssize_t j, plane_in *in) {
+    if (len < 3) {
+        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: %zu bytes, shorter than its 3-byte header", j, len);
+        return -1;
+    }
+    int s = b[0];
+    size_t k = (size_t)b[2] + 1;
+    in->huffman = 1;
+    in->lmax = b[1];
+    in->nstreams = s;
+    const char *why = s < 1 || s > HUFF_MAX_STREAMS     ? "its stream count is not 1..8"
+                      : in->lmax < 1 || in->lmax > 12 ? "its Lmax is not 1..12"
+                      : k < 2                         ? "it codes fewer than 2 symbols"
+                                                      : NULL;
+    if (why != NULL) {
+        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: %s", j, why);
+        return -1;
+    }
+    size_t table_end = 3 + k + (k + 1) / 2, body = table_end + 4 * (size_t)(s - 1);
+    if (len < body) {
+        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: %zu bytes, shorter than its table of %zu symbols and %d "
+                     "streams", j, len, k, s);
+        return -1;
+    }
+    in->k = k;
+    in->symbols = b + 3;
+    for (size_t i = 0; i < k; i++) in->unpacked[i] = (uint8_t)(b[3 + k + i / 2] >> (4 * (i % 2)) & 0x0f);
+    in->lengths = in->unpacked;
+    if (k % 2 && b[table_end - 1] >> 4) {
+        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: the pad nibble after its code lengths is not 0", j);
+        return -1;
+    }
+    /* The code itself: huff_build_table's refusals, while the GIL is held. */
+    if ((why = huff_check_code(in->symbols, in->lengths, k, in->lmax)) != NULL) {
+        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: %s", j, why);
+        return -1;
+    }
+    size_t q = m / (size_t)s + (m % (size_t)s != 0);
+    if ((size_t)(s - 1) * q >= m) {
+        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: %d streams leave one empty for %zu symbols", j, s, m);
+        return -1;
+    }
+    size_t at = body;
+    for (int i = 0; i < s; i++) {
+        size_t slen = i + 1 < s ? load32(b + table_end + 4 * (size_t)i) : len - at;
+        if (slen > len - at) {
+            PyErr_Format(PyExc_ValueError, "Huffman plane %zd: its stream lengths overrun its %zu bytes", j, len);
+            return -1;
+        }
+        in->streams[i] = b + at;
+        in->stream_len[i] = slen;
+        at += slen;
+    }
+    return 0;
+}
+
+/* Item j: m bytes, or a Huffman plane: (symbols, lengths, lmax, streams),
+   or with modes given and modes[j] == 2, the plane as stored. */
+static int take_plane(view_set *v, PyObject *item, size_t m, Py_ssize_t j, int stored_huffman, plane_in *in) {
     size_t len;
+    if (stored_huffman) {
+        const uint8_t *b;
+        if (take(v, item, &b, &len) < 0) return -1;
+        return parse_huffman(b, len, m, j, in);
+    }
     if (!PyTuple_Check(item)) {
         in->huffman = 0;
         if (take(v, item, &in->bytes, &len) < 0) return -1;
@@ -254,7 +388,8 @@ static int take_plane(view_set *v, PyObject *item, size_t m, Py_ssize_t j, plane
 typedef struct {
     huff_table table;
     huff_plane plane;
-    uint8_t *scratch; /* BLOCK symbols a stream; or, off the lead's streams, the whole plane */
+    uint8_t *scratch; /* BLOCK + SLACK symbols a stream; or, off the lead's streams, the whole plane */
+    size_t carry[HUFF_MAX_STREAMS]; /* symbols decoded past the last block, at the start of the stream's scratch */
 } huff_state;
 
 /* The work itself, without the GIL. Returns 0, or -1 with msg filled. */
@@ -274,9 +409,10 @@ static int decode_chunk(int layout, int p, const plane_in *in, huff_state *st, s
     }
     const uint8_t *src[MAX_FLOAT_PLANES];
     uint8_t *dst[HUFF_MAX_STREAMS];
+    size_t got[HUFF_MAX_STREAMS];
     if (p == 1 && lead == 0) { /* the output is the plane */
         for (int s = 0; s < st[0].plane.nstreams; s++) dst[s] = out + (size_t)s * st[0].plane.q;
-        huff_decode(&st[0].plane, st[0].plane.count, dst);
+        huff_decode(&st[0].plane, st[0].plane.count, st[0].plane.count, dst, got);
         return huff_plane_finish(&st[0].plane, msg, size);
     }
     /* A Huffman plane whose streams split the chunk unlike the lead's (the
@@ -286,7 +422,7 @@ static int decode_chunk(int layout, int p, const plane_in *in, huff_state *st, s
         src[j] = in[j].bytes;
         if (!in[j].huffman || j == lead || st[j].plane.nstreams == st[lead].plane.nstreams) continue;
         for (int s = 0; s < st[j].plane.nstreams; s++) dst[s] = st[j].scratch + (size_t)s * st[j].plane.q;
-        huff_decode(&st[j].plane, st[j].plane.count, dst);
+        huff_decode(&st[j].plane, st[j].plane.count, st[j].plane.count, dst, got);
         src[j] = st[j].scratch;
     }
     if (lead < 0) {
@@ -295,23 +431,44 @@ static int decode_chunk(int layout, int p, const plane_in *in, huff_state *st, s
     }
     const huff_plane *geometry = &st[lead].plane;
     const int streams = geometry->nstreams;
+    const size_t stride = BLOCK + SLACK;
+    for (int j = 0; j < p; j++)
+        for (int s = 0; s < streams; s++) st[j].carry[s] = 0;
     for (size_t done = 0; done < geometry->q; done += BLOCK) {
-        size_t want[HUFF_MAX_STREAMS];
-        for (int s = 0; s < streams; s++)
-            want[s] = geometry->count[s] <= done ? 0 : geometry->count[s] - done < BLOCK ? geometry->count[s] - done
-                                                                                            : BLOCK;
+        /* Each stream's next BLOCK symbols (fewer at its end) are wanted;
+           it may decode SLACK more, never past its own last symbol. */
+        size_t block[HUFF_MAX_STREAMS], left[HUFF_MAX_STREAMS];
+        for (int s = 0; s < streams; s++) {
+            left[s] = geometry->count[s] > done ? geometry->count[s] - done : 0;
+            block[s] = left[s] < BLOCK ? left[s] : BLOCK;
+        }
         for (int j = 0; j < p; j++) {
             if (!in[j].huffman || st[j].plane.nstreams != streams) continue;
-            for (int s = 0; s < streams; s++) dst[s] = st[j].scratch + (size_t)s * BLOCK;
-            huff_decode(&st[j].plane, want, dst);
+            size_t want[HUFF_MAX_STREAMS], room[HUFF_MAX_STREAMS];
+            for (int s = 0; s < streams; s++) {
+                size_t carry = st[j].carry[s]; /* <= SLACK and <= left[s] */
+                want[s] = block[s] - (carry < block[s] ? carry : block[s]);
+                room[s] = (left[s] < stride ? left[s] : stride) - carry;
+                dst[s] = st[j].scratch + (size_t)s * stride + carry;
+            }
+            huff_decode(&st[j].plane, want, room, dst, got);
+            for (int s = 0; s < streams; s++) st[j].carry[s] += got[s];
         }
         for (int s = 0; s < streams; s++) {
             size_t first = (size_t)s * geometry->q + done;
             const uint8_t *from[MAX_FLOAT_PLANES];
             for (int j = 0; j < p; j++)
-                from[j] = in[j].huffman && st[j].plane.nstreams == streams ? st[j].scratch + (size_t)s * BLOCK
+                from[j] = in[j].huffman && st[j].plane.nstreams == streams ? st[j].scratch + (size_t)s * stride
                                                                            : src[j] + first;
-            if (want[s]) merge(layout, p, from, want[s], out + first * (size_t)p);
+            if (block[s]) merge(layout, p, from, block[s], out + first * (size_t)p);
+        }
+        for (int j = 0; j < p; j++) {
+            if (!in[j].huffman || st[j].plane.nstreams != streams) continue;
+            for (int s = 0; s < streams; s++) { /* the symbols past the block to its scratch's start */
+                uint8_t *scratch = st[j].scratch + (size_t)s * stride;
+                st[j].carry[s] -= block[s];
+                memmove(scratch, scratch + block[s], st[j].carry[s]);
+            }
         }
     }
     for (int j = 0; j < p; j++) {
@@ -327,10 +484,15 @@ static int decode_chunk(int layout, int p, const plane_in *in, huff_state *st, s
 PyObject *float_decode(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *out_obj, *planes;
     long layout;
-    if (!PyArg_ParseTuple(args, "OlO", &out_obj, &layout, &planes)) return NULL;
+    Py_buffer modes = {.buf = NULL, .len = 0};
+    if (!PyArg_ParseTuple(args, "OlO|y*", &out_obj, &layout, &planes, &modes)) return NULL;
     PyObject *items = PySequence_Tuple(planes);
-    if (items == NULL) return NULL;
+    if (items == NULL) {
+        PyBuffer_Release(&modes);
+        return NULL;
+    }
     Py_ssize_t p = PyTuple_GET_SIZE(items);
+    const uint8_t *mode = modes.buf;
     view_set views = {.count = 0};
     plane_in in[MAX_FLOAT_PLANES];
     huff_state *st = NULL;
@@ -345,9 +507,14 @@ PyObject *float_decode(PyObject *Py_UNUSED(self), PyObject *args) {
         PyErr_Format(PyExc_ValueError, "%zd bytes are not whole elements of %zd bytes", out.len, p);
         goto done;
     }
+    if (mode != NULL && modes.len != p) {
+        PyErr_Format(PyExc_ValueError, "%zd plane modes for %zd planes", modes.len, p);
+        goto done;
+    }
     size_t m = (size_t)(out.len / p);
     for (Py_ssize_t j = 0; j < p; j++)
-        if (take_plane(&views, PyTuple_GET_ITEM(items, j), m, j, &in[j]) < 0) goto done;
+        if (take_plane(&views, PyTuple_GET_ITEM(items, j), m, j, mode != NULL && mode[j] == 2, &in[j]) < 0)
+            goto done;
     for (int i = 0; i < views.count; i++) {
         if (overlaps(&out, &views.views[i])) {
             PyErr_SetString(PyExc_ValueError, "the output overlaps an input plane: it would be overwritten while read");
@@ -366,7 +533,7 @@ PyObject *float_decode(PyObject *Py_UNUSED(self), PyObject *args) {
         if (!in[j].huffman || p == 1) continue;
         if (lead < 0) lead = (int)j;
         /* A block a stream; the whole plane when its streams are not the lead's. */
-        size_t bytes = in[j].nstreams == in[lead].nstreams ? (size_t)in[j].nstreams * BLOCK : m;
+        size_t bytes = in[j].nstreams == in[lead].nstreams ? (size_t)in[j].nstreams * (BLOCK + SLACK) : m;
         if ((st[j].scratch = PyMem_Malloc(bytes)) == NULL) {
             PyErr_NoMemory();
             goto done;
@@ -383,6 +550,7 @@ done:
     PyMem_Free(st);
     for (int i = 0; i < views.count; i++) PyBuffer_Release(&views.views[i]);
     if (have_out) PyBuffer_Release(&out);
+    PyBuffer_Release(&modes);
     Py_DECREF(items);
     return result;
 }

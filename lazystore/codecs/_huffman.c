@@ -3,13 +3,14 @@
 
    Decoding: one table lookup gives up to 4 symbols (entry bytes, see
    _huffman.h), and the plane's S streams are read in lockstep, so their
-   lookups, independent of one another, overlap in the CPU. Each stream's
-   64-bit bit buffer is refilled by one unaligned load while 8 bytes remain
-   (Giesen's "variant 4"); nearer the end the remaining bytes are copied
-   into a zeroed word, so no read passes a stream's end and the stream reads
-   as zeros after it. Bits taken past the end are caught afterwards: a
-   stream that used more bits than it has ends early, one with a whole byte
-   or non-zero bits left after its last symbol ends late.
+   lookups, independent of one another, overlap in the CPU. A stream is a
+   bit position: 4 lookups decode from one unaligned 8-byte load at it
+   (Giesen's bit-position reader) while 8 bytes remain; nearer the end the
+   remaining bytes are copied into a zeroed word, so no read passes a
+   stream's end and the stream reads as zeros after it. Bits taken past the
+   end are caught afterwards: a stream that used more bits than it has ends
+   early, one with a whole byte or non-zero bits left after its last symbol
+   ends late.
 
    Encoding: codes are written MSB-first into an LSB-first bit stream
    (deflate's order), so each code is stored bit-reversed and ORed in at the
@@ -34,10 +35,12 @@ static void first_codes(const unsigned *per_length, int lmax, unsigned *first) {
     }
 }
 
-const char *huff_build_table(huff_table *t, const uint8_t *symbols, const uint8_t *lengths, size_t k, long lmax) {
+/* per_length: 13 counts, filled when the code is valid. */
+static const char *check_code(const uint8_t *symbols, const uint8_t *lengths, size_t k, long lmax,
+                              unsigned *per_length) {
     if (lmax < 1 || lmax > HUFF_MAX_LENGTH) return "Lmax outside 1..12";
     if (k < 2 || k > 256) return "a Huffman code needs 2 to 256 symbols";
-    unsigned per_length[HUFF_MAX_LENGTH + 1] = {0};
+    memset(per_length, 0, (HUFF_MAX_LENGTH + 1) * sizeof *per_length);
     uint32_t kraft = 0;
     for (size_t i = 0; i < k; i++) {
         if (i > 0 && symbols[i] <= symbols[i - 1]) return "the code's symbols are not strictly ascending";
@@ -47,10 +50,26 @@ const char *huff_build_table(huff_table *t, const uint8_t *symbols, const uint8_
     }
     if (kraft != 1u << lmax) return "the code lengths break Kraft's equality (the code is not complete)";
     if (per_length[lmax] == 0) return "no code is Lmax bits long";
+    return NULL;
+}
+
+const char *huff_check_code(const uint8_t *symbols, const uint8_t *lengths, size_t k, long lmax) {
+    unsigned per_length[HUFF_MAX_LENGTH + 1];
+    return check_code(symbols, lengths, k, lmax, per_length);
+}
+
+const char *huff_build_table(huff_table *t, const uint8_t *symbols, const uint8_t *lengths, size_t k, long lmax) {
+    unsigned per_length[HUFF_MAX_LENGTH + 1];
+    const char *why = check_code(symbols, lengths, k, lmax, per_length);
+    if (why != NULL) return why;
 
     unsigned first[HUFF_MAX_LENGTH + 1];
     first_codes(per_length, (int)lmax, first);
-    size_t size = (size_t)1 << lmax;
+    /* The table looks at 11 bits at least (the writer's limit), so that the
+       decoder has 2 table widths to specialise on, not 12; a shorter code
+       just repeats in it, and its entries hold more symbols. */
+    unsigned window = lmax < HUFF_WINDOW ? HUFF_WINDOW : (unsigned)lmax;
+    size_t size = (size_t)1 << window;
     uint8_t sym_at[1 << HUFF_MAX_LENGTH], len_at[1 << HUFF_MAX_LENGTH];
     /* Kraft's equality makes the canonical code complete: every index is
        filled exactly once; the memset only keeps a bug from reading garbage. */
@@ -63,7 +82,7 @@ const char *huff_build_table(huff_table *t, const uint8_t *symbols, const uint8_
             len_at[idx] = (uint8_t)len;
         }
     }
-    t->lmax = (int)lmax;
+    t->window = (int)window;
     for (size_t idx = 0; idx < size; idx++) {
         /* Whole codes, greedily, as long as each fits in the Lmax bits (the
            bits above `used` are zeros here, so a longer code is not real). */
@@ -72,12 +91,12 @@ const char *huff_build_table(huff_table *t, const uint8_t *symbols, const uint8_
         while (n < 4) {
             size_t rest = idx >> used;
             unsigned len = len_at[rest];
-            if (len == 0 || len > (unsigned)lmax - used) break;
+            if (len == 0 || len > window - used) break;
             e |= (uint64_t)sym_at[rest] << (8 * n);
             n++;
             used += len;
         }
-        t->entry[idx] = e | (uint64_t)n << 32 | (uint64_t)used << 40 | (uint64_t)len_at[idx] << 48;
+        t->entry[idx] = used | e << 8 | (uint64_t)len_at[idx] << 40 | (uint64_t)n << 56;
     }
     return NULL;
 }
@@ -92,102 +111,115 @@ const char *huff_plane_start(huff_plane *p, const huff_table *t, const uint8_t *
     p->q = q;
     for (int s = 0; s < nstreams; s++) {
         p->count[s] = s + 1 < nstreams ? q : n - (size_t)s * q;
-        p->stream[s] = (huff_reader){streams[s], lens[s], 0, 0, 0};
+        p->stream[s] = (huff_reader){streams[s], lens[s], 0};
     }
     return NULL;
 }
 
-static inline void refill(huff_reader *r) {
+/* The stream's next bits, at least 57 of them: one unaligned load while 8
+   bytes remain from the next bit's byte, else the bytes left copied into a
+   zeroed word (nothing is read past the stream, which reads as zeros). */
+static inline uint64_t peek(const huff_reader *r) {
+    size_t at = r->bit >> 3; /* at most a few bytes past len: no wrap */
     uint64_t v = 0;
-    if (r->pos + 8 <= r->len) { /* pos stays within a few bytes of len: no wrap */
-        v = load64(r->data + r->pos);
-    } else if (r->pos < r->len) {
-        memcpy(&v, r->data + r->pos, r->len - r->pos);
+    if (at + 8 <= r->len) v = load64(r->data + at);
+    else if (at < r->len) memcpy(&v, r->data + at, r->len - at);
+    return v >> (r->bit & 7);
+}
+
+/* One stream's last symbols of a block, alone: whole entries (4 bytes
+   stored, `count` kept) while 4 or more are wanted, then one at a time. */
+static void finish_stream(huff_reader *r, const uint64_t *table, uint64_t mask, uint8_t *dst, size_t want) {
+    size_t at = 0;
+    while (at < want) {
+        uint64_t e = table[peek(r) & mask];
+        if (want - at >= 4) {
+            store32(dst + at, (uint32_t)(e >> 8));
+            at += e >> 56;
+            r->bit += e & 0xff;
+        } else {
+            dst[at++] = (uint8_t)(e >> 8);
+            r->bit += (e >> 40) & 0xff;
+        }
     }
-    r->buf |= v << r->cnt;
-    r->pos += (63 - r->cnt) >> 3;
-    r->cnt |= 56;
 }
 
-/* Up to 4 symbols at once: 4 bytes are stored, `count` of them kept. */
-static inline size_t take_entry(huff_reader *r, const uint64_t *table, uint64_t mask, uint8_t *dst) {
-    uint64_t e = table[r->buf & mask];
-    store32(dst, (uint32_t)e);
-    unsigned bits = (unsigned)(e >> 40) & 0xff;
-    r->buf >>= bits;
-    r->cnt -= bits;
-    return (size_t)(e >> 32) & 0xff;
-}
-
-/* One symbol: near a block's end, where a whole entry could go past it. */
-static inline void take_one(huff_reader *r, const uint64_t *table, uint64_t mask, uint8_t *dst) {
-    uint64_t e = table[r->buf & mask];
-    *dst = (uint8_t)e;
-    unsigned bits = (unsigned)(e >> 48) & 0xff;
-    r->buf >>= bits;
-    r->cnt -= bits;
-}
-
-/* S constant in each call (the switch below), so the streams' state stays
-   in registers. A refill leaves at least 56 bits, and 4 lookups take at
-   most 48; 16 symbols of room keep the 4-byte stores inside the block. */
-static inline __attribute__((always_inline)) void decode_streams(huff_reader *r, int S, const uint64_t *table,
-                                                                   uint64_t mask, const size_t *want,
-                                                                   uint8_t *const *dst) {
-    huff_reader st[HUFF_MAX_STREAMS];
-    size_t at[HUFF_MAX_STREAMS];
+/* S constant in each call (the switch below), so that after unrolling each
+   stream's state (bit address, output pointer) is two registers.
+   A round is one load of 8 bytes and 4 lookups (at most 48 <= 57 bits) per
+   stream; `rounds` is computed so that no round reads past a stream's end
+   nor writes past its block (16 symbols a round at most, the last 4-byte
+   store included), so the rounds have no branch but the loop's own. */
+static inline __attribute__((always_inline)) void decode_streams(huff_reader *r, const int S, const unsigned W,
+                                                                   const uint64_t *table, const size_t *want,
+                                                                   const size_t *room, uint8_t *const *dst,
+                                                                   size_t *got) {
+    const uint64_t mask = ((uint64_t)1 << W) - 1;
+    /* A stream's bit address: its byte address times 8 plus the bit, one
+       register (a 64-bit host's addresses are under 2^57: no wrap; a
+       32-bit host's fit 35 bits). */
+    uint64_t at[HUFF_MAX_STREAMS];
+    uint8_t *d[HUFF_MAX_STREAMS];
     for (int s = 0; s < S; s++) {
-        st[s] = r[s];
-        at[s] = 0;
+        at[s] = (uint64_t)(uintptr_t)r[s].data * 8 + r[s].bit;
+        d[s] = dst[s];
     }
+    const size_t round_bits = 4 * (size_t)W;
     for (;;) {
-        /* Rounds that cannot pass any stream's end (16 symbols at most each). */
         size_t rounds = SIZE_MAX;
+        int wanting = 0;
         for (int s = 0; s < S; s++) {
-            size_t r = (want[s] - at[s]) / 16;
-            rounds = r < rounds ? r : rounds;
+            wanting |= (size_t)(d[s] - dst[s]) < want[s];
+            size_t by_symbols = (room[s] - (size_t)(d[s] - dst[s])) / 16;
+            size_t bit = (size_t)(at[s] - (uint64_t)(uintptr_t)r[s].data * 8);
+            size_t last = r[s].len >= 8 ? 8 * (r[s].len - 8) : 0;
+            size_t by_bytes = r[s].len < 8 || bit > last ? 0 : (last - bit) / round_bits + 1;
+            size_t n = by_symbols < by_bytes ? by_symbols : by_bytes;
+            rounds = n < rounds ? n : rounds;
         }
-        if (rounds == 0) break;
-        for (; rounds > 0; rounds--) {
+        if (rounds == 0 || !wanting) break;
+        do {
+#pragma GCC unroll 8 /* gcc keeps S = 8's state in memory otherwise */
             for (int s = 0; s < S; s++) {
-                refill(&st[s]);
-                at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
-                at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
-                at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
-                at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
+                uint64_t buf = load64((const uint8_t *)(uintptr_t)(at[s] >> 3)) >> (at[s] & 7), e, sum = 0;
+#define TAKE                                                                                                           \
+    e = table[buf & mask];                                                                                             \
+    store32(d[s], (uint32_t)(e >> 8));                                                                                 \
+    d[s] += e >> 56;                                                                                                   \
+    buf >>= e & 63;                                                                                                    \
+    sum += e;
+                TAKE TAKE TAKE TAKE
+#undef TAKE
+                at[s] += sum & 0xff;
             }
-        }
+        } while (--rounds);
     }
     for (int s = 0; s < S; s++) {
-        while (at[s] < want[s]) {
-            refill(&st[s]);
-            if (want[s] - at[s] >= 4) at[s] += take_entry(&st[s], table, mask, dst[s] + at[s]);
-            else take_one(&st[s], table, mask, dst[s] + at[s]++);
-        }
-        r[s] = st[s];
+        r[s].bit = (size_t)(at[s] - (uint64_t)(uintptr_t)r[s].data * 8);
+        size_t done = (size_t)(d[s] - dst[s]);
+        if (done < want[s]) finish_stream(&r[s], table, mask, d[s], want[s] - done);
+        got[s] = done < want[s] ? want[s] : done;
     }
 }
 
-void huff_decode(huff_plane *p, const size_t *want, uint8_t *const *dst) {
+#define DECODE(S)                                                                                                      \
+    case S:                                                                                                            \
+        if (p->table->window == HUFF_WINDOW) decode_streams(p->stream, S, HUFF_WINDOW, table, want, room, dst, got);             \
+        else decode_streams(p->stream, S, HUFF_MAX_LENGTH, table, want, room, dst, got);                                          \
+        break;
+
+/* S and the table's width constant in each decode_streams (mask and all). */
+void huff_decode(huff_plane *p, const size_t *want, const size_t *room, uint8_t *const *dst, size_t *got) {
     const uint64_t *table = p->table->entry;
-    uint64_t mask = ((uint64_t)1 << p->table->lmax) - 1;
     switch (p->nstreams) {
-    case 1: decode_streams(p->stream, 1, table, mask, want, dst); break;
-    case 2: decode_streams(p->stream, 2, table, mask, want, dst); break;
-    case 3: decode_streams(p->stream, 3, table, mask, want, dst); break;
-    case 4: decode_streams(p->stream, 4, table, mask, want, dst); break;
-    case 5: decode_streams(p->stream, 5, table, mask, want, dst); break;
-    case 6: decode_streams(p->stream, 6, table, mask, want, dst); break;
-    case 7: decode_streams(p->stream, 7, table, mask, want, dst); break;
-    default: decode_streams(p->stream, 8, table, mask, want, dst); break;
+        DECODE(1) DECODE(2) DECODE(3) DECODE(4) DECODE(5) DECODE(6) DECODE(7) DECODE(8)
     }
 }
 
 int huff_plane_finish(const huff_plane *p, char *msg, size_t size) {
     for (int s = 0; s < p->nstreams; s++) {
         const huff_reader *r = &p->stream[s];
-        /* Bits taken: all loaded (pos whole bytes) but the cnt still held. */
-        uint64_t used = (uint64_t)r->pos * 8 - r->cnt, have = (uint64_t)r->len * 8;
+        uint64_t used = r->bit, have = (uint64_t)r->len * 8;
         if (used > have) {
             snprintf(msg, size, "Huffman stream %d ends early: its %zu symbols need more than its %zu bytes", s,
                      p->count[s], r->len);
@@ -198,8 +230,8 @@ int huff_plane_finish(const huff_plane *p, char *msg, size_t size) {
                      (unsigned long long)(have - used), p->count[s]);
             return -1;
         }
-        /* The pad bits are the next ones in the buffer (cnt >= 8 here). */
-        if (r->buf & (((uint64_t)1 << (have - used)) - 1)) {
+        /* The pad bits: the last byte's bits from `used` on. */
+        if (have > used && r->data[r->len - 1] >> (used & 7)) {
             snprintf(msg, size, "Huffman stream %d ends late: non-zero pad bits after its last symbol", s);
             return -1;
         }

@@ -10,22 +10,22 @@
 #define HUFF_MAX_LENGTH 12
 #define HUFF_MAX_STREAMS 8
 
-/* The decode table: entry i is what the next Lmax stream bits (as an
-   LSB-first integer) decode to. Bytes 0-3: up to 4 symbols; byte 4: their
-   count (1..4); byte 5: the bits they take; byte 6: the first symbol's
-   length (alone, for a stream's last symbols). */
+/* The decode table: entry i is what the next `window` stream bits (as an
+   LSB-first integer) decode to. Byte 0: the bits its symbols take (the
+   low byte, so that a shift by the entry shifts by it); bytes 1-4: up to 4
+   symbols; byte 5: the first symbol's length (alone, for a stream's last
+   symbols); byte 7: the symbol count (1..4), on top so one shift gives it. */
+#define HUFF_WINDOW 11 /* the fewest bits a table looks at */
 typedef struct {
-    int lmax;
+    int window; /* the bits a lookup looks at: max(Lmax, HUFF_WINDOW) */
     uint64_t entry[1 << HUFF_MAX_LENGTH];
 } huff_table;
 
-/* One stream being read: the next byte to load is data[pos] (beyond len the
-   stream reads as zeros), and buf holds cnt bits not yet decoded. */
+/* One stream being read: bit `bit` (LSB-first from data[0]) is the next
+   one to decode; beyond len bytes the stream reads as zeros. */
 typedef struct {
     const uint8_t *data;
-    size_t len, pos;
-    uint64_t buf;
-    unsigned cnt;
+    size_t len, bit;
 } huff_reader;
 
 typedef struct {
@@ -35,6 +35,9 @@ typedef struct {
     size_t count[HUFF_MAX_STREAMS];         /* symbols of each stream */
     huff_reader stream[HUFF_MAX_STREAMS];
 } huff_plane;
+
+/* The checks of huff_build_table alone (NULL: the code is valid). */
+INTERNAL const char *huff_check_code(const uint8_t *symbols, const uint8_t *lengths, size_t k, long lmax);
 
 /* Validates the code (k symbols ascending, 1 <= length <= lmax <= 12, some
    length lmax, Kraft's equality) and builds its table. */
@@ -46,8 +49,12 @@ INTERNAL const char *huff_build_table(huff_table *t, const uint8_t *symbols, con
 INTERNAL const char *huff_plane_start(huff_plane *p, const huff_table *t, const uint8_t *const *streams,
                                       const size_t *lens, int nstreams, size_t n);
 
-/* The next want[s] symbols of each stream s into dst[s], streams in lockstep. */
-INTERNAL void huff_decode(huff_plane *p, const size_t *want, uint8_t *const *dst);
+/* The next want[s] to room[s] symbols of each stream s into dst[s] (room
+   >= want; stores stay below dst[s] + room[s]), streams in lockstep; got[s]
+   receives how many. Lockstep rounds stop where one stream's room runs out,
+   so some room to spare keeps the streams from finishing one by one. */
+INTERNAL void huff_decode(huff_plane *p, const size_t *want, const size_t *room, uint8_t *const *dst,
+                          size_t *got);
 
 /* After the last symbol: each stream used all of its bytes and its pad
    bits are zero. msg receives the refusal; returns 0 when there is none. */

@@ -188,11 +188,15 @@ static PyMethodDef methods[] = {
      "huffman_encode(plane, lengths, nstreams) -> bytes: the plane's symbols in nstreams canonical Huffman streams "
      "(codec 4's Huffman plane from byte T on: the u32 lengths of all streams but the last, then the streams); "
      "lengths: 256 bytes, the code length of each symbol (0: absent)."},
+    {"byte_counts", byte_counts, METH_VARARGS,
+     "byte_counts(plane, out): out (256 little-endian u64, e.g. numpy uint64) = how many bytes of the plane have each "
+     "value; the Huffman encoder's histogram."},
     {"float_split", float_split, METH_VARARGS,
      "float_split(chunk, layout, planes, out): the chunk's elements into codec 4's planes (plane j at j * m in out)."},
     {"float_decode", float_decode, METH_VARARGS,
-     "float_decode(out, layout, planes): codec 4's planes back into elements; a plane is m bytes, or a Huffman plane "
-     "as (symbols, lengths, lmax, streams), decoded block by block into the elements."},
+     "float_decode(out, layout, planes, modes=None): codec 4's planes back into elements; a plane is m bytes, or a "
+     "Huffman plane as (symbols, lengths, lmax, streams), or, where modes (one byte a plane, as a chunk stores them) "
+     "says 2, a Huffman plane as stored, parsed here; decoded block by block into the elements."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -61,6 +61,7 @@ INTERNAL void unshuffle_planes(const uint8_t *const *s, int p, size_t n, uint8_t
 
 /* _float_planes.c: codec 4's functions, in _kernels.c's method table. */
 INTERNAL PyObject *huffman_encode(PyObject *self, PyObject *args);
+INTERNAL PyObject *byte_counts(PyObject *self, PyObject *args);
 INTERNAL PyObject *float_split(PyObject *self, PyObject *args);
 INTERNAL PyObject *float_decode(PyObject *self, PyObject *args);
 

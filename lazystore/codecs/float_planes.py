@@ -107,11 +107,12 @@ class FloatPlanes(Codec):
         kernels = compiled.kernels
         if kernels is not None:
             # Huffman planes are decoded in L1-sized blocks and merged straight
-            # into ``out``: no plane-sized buffer for the exponents.
-            items = [huffman_code.parse_plane(blob, plane_len) if mode == MODE_HUFFMAN else blob
-                     for mode, blob in zip(modes, blobs)]
+            # into ``out``: no plane-sized buffer for the exponents. Given the
+            # modes, the kernel parses a Huffman plane's header itself, with
+            # huffman_code.parse_plane's refusals (parsing in Python was a
+            # noticeable part of a chunk's decode).
             try:
-                kernels.float_decode(out, layout.layout, items)
+                kernels.float_decode(out, layout.layout, blobs, modes)
             except ValueError as exc:
                 raise FormatError(f"corrupt chunk: {exc}") from None
             return

@@ -249,6 +249,23 @@ def test_round_trip_with_planes_of_different_stream_counts():
     np.testing.assert_array_equal(decode_chunk(items, "bf16", chunk.size), chunk.view(np.uint8))
 
 
+@pytest.mark.parametrize("nstreams", [2, 4, 8])
+def test_round_trip_with_streams_decoding_at_unequal_speeds(nstreams):
+    # A stream runs ahead of its block into the next (the kernel keeps what
+    # it decoded past a block for the next one): here the first stream's
+    # symbols take 1 bit and the others' up to 11, so it gets far ahead
+    # each block, and the streams end at different points of a block.
+    m = 3 * 4096 + 77
+    chunk = random_bits(ml_dtypes.bfloat16, m, nstreams).view("<u2").copy()
+    chunk[: m // nstreams] = (chunk[: m // nstreams] & 0x807F) | (127 << 7)  # exponent 127 throughout
+    chunk = chunk.view(ml_dtypes.bfloat16)
+    items = encode_chunk(chunk, "bf16", nstreams=nstreams)
+    assert isinstance(items[1], tuple) and len(items[1][3]) == nstreams
+    np.testing.assert_array_equal(decode_chunk(items, "bf16", m), chunk.view(np.uint8))
+    two = encode_chunk(chunk, "bf16", huffman=(0, 1), nstreams=nstreams)  # both planes Huffman, in step
+    np.testing.assert_array_equal(decode_chunk(two, "bf16", m), chunk.view(np.uint8))
+
+
 @pytest.mark.parametrize("name", ["bf16", "fp32"])
 def test_round_trip_of_trained_weights(minilm, name):
     safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -397,6 +414,23 @@ def test_huffman_encode_refuses_a_stream_without_symbols():
         kernels.huffman_encode(np.array([0, 1, 0, 1, 1], np.uint8), bytes([1, 1]) + bytes(254), 4)
 
 
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 5, 4097])
+def test_byte_counts_match_bincount(n):
+    rng = np.random.default_rng(n)
+    plane = np.concatenate([rng.integers(0, 256, n // 2), np.full(n - n // 2, 127)]).astype(np.uint8)
+    counts = np.full(256, 99, dtype=np.uint64)
+    kernels.byte_counts(plane, counts)
+    np.testing.assert_array_equal(counts, np.bincount(plane, minlength=256))
+
+
+def test_byte_counts_refusals():
+    with pytest.raises(ValueError, match="256 u64"):
+        kernels.byte_counts(bytes(10), np.zeros(255, np.uint64))
+    both = np.zeros(300, np.uint64)
+    with pytest.raises(ValueError, match="overlap"):
+        kernels.byte_counts(both.view(np.uint8)[:100], both[:256])
+
+
 # ---- mutated streams: a refusal or a result, never a crash ----
 
 FUZZ_PLANE = np.clip(np.random.default_rng(9).normal(120, 6, 3000), 0, 255).astype(np.uint8)
@@ -496,3 +530,36 @@ def test_the_kernels_and_the_numpy_reference_refuse_alike(flips, cut):
     assert (ours is None) == (theirs is None)
     if ours is not None:
         np.testing.assert_array_equal(ours, theirs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(flips=st.lists(st.integers(0, max(0, 8 * len(REF_BLOB) - 1)), min_size=1, max_size=3), cut=st.integers(0, 3),
+       n=st.sampled_from([REF_PLANE.size, REF_PLANE.size - 1, REF_PLANE.size + 1, 4, 3]))
+def test_the_kernels_parse_a_stored_plane_as_parse_plane_does(flips, cut, n):
+    # Flipped bits, mostly in the header and table, a cut end, an unexpected
+    # symbol count: float_decode given the stored plane (modes b"\x02", as
+    # codec 4 calls it) refuses exactly what parse_plane and the decode of its
+    # result refuse, and otherwise gives the same symbols.
+    blob = bytearray(REF_BLOB)
+    for bit in flips:
+        bit %= 8 * (3 + 2 * 256) if bit % 2 else 8 * len(blob)  # half of them in the first bytes
+        blob[bit // 8] ^= 1 << (bit % 8)
+    blob = bytes(blob[: len(blob) - cut])
+    theirs = np.empty(n, dtype=np.uint8)
+    try:
+        kernels.float_decode(theirs, PLAIN, [huffman_code.parse_plane(memoryview(blob), n)])
+    except (FormatError, ValueError):
+        theirs = None
+    ours = np.empty(n, dtype=np.uint8)
+    try:
+        kernels.float_decode(ours, PLAIN, [blob], b"\x02")
+    except ValueError:
+        ours = None
+    assert (ours is None) == (theirs is None)
+    if ours is not None:
+        np.testing.assert_array_equal(ours, theirs)
+
+
+def test_stored_planes_need_one_mode_a_plane():
+    with pytest.raises(ValueError, match="1 plane modes for 2 planes"):
+        kernels.float_decode(np.empty(8, np.uint8), PLAIN, [bytes(4), bytes(4)], b"\x00")
