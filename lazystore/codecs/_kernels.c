@@ -201,10 +201,11 @@ static PyMethodDef methods[] = {
 };
 
 /* What lazystore/codecs/compiled.py expects of this module (the refusals
-   above, `dispatch`; from 3, codec 4's functions): bumped with it when the
+   above, `dispatch`; from 3, codec 4's functions; from 4, byte_counts and
+   float_decode's modes): bumped with it when the
    kernels' behaviour changes, so an in-place build left over from an older
    checkout is not used. */
-#define INTERFACE 3
+#define INTERFACE 4
 
 static int exec_module(PyObject *m) {
     if (PyModule_AddIntConstant(m, "INTERFACE", INTERFACE) < 0) return -1;

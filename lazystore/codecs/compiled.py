@@ -13,10 +13,11 @@ from __future__ import annotations
 from lazystore._core.distribution import rebuild_hint
 
 # What this side relies on the kernels for (their refusals, their
-# ``dispatch``; from 3, codec 4's float planes), as _kernels.c's INTERFACE: an editable install keeps the
-# module it built in place across later checkouts, and a module from before
-# a change must not be used as if it had it.
-INTERFACE = 3
+# ``dispatch``; from 3, codec 4's float planes; from 4, ``byte_counts`` and
+# ``float_decode``'s stored Huffman planes), as _kernels.c's INTERFACE: an
+# editable install keeps the module it built in place across later
+# checkouts, and a module from before a change must not be used as if it had it.
+INTERFACE = 4
 
 import_error: str | None = None
 try:
