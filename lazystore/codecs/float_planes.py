@@ -39,6 +39,11 @@ MODE_RAW, MODE_ZSTD, MODE_HUFFMAN = 0, 1, 2
 # that saves at least this fraction of it: decoding a raw plane is a copy
 # (bf16's sign+mantissa plane saves nothing; fp32's low planes 1.7-3.7%).
 PLANE_MIN_SAVING = 0.01
+# An exponent plane of fewer symbols than this is coded by zstd alone: in a
+# small tensor (a bias, a norm's weights) the Huffman table and the search
+# for its code lengths cost more than they save, and zstd codes so few
+# symbols about as small, in a tenth of the time.
+HUFFMAN_MIN_SYMBOLS = 2048
 
 
 def mode_bytes(planes: int) -> int:
@@ -144,7 +149,7 @@ def _split(chunk: np.ndarray, layout: FloatLayout) -> np.ndarray:
 def _code_plane(plane: np.ndarray, exponent: bool, plain: bool, setting) -> tuple[int, bytes | memoryview]:
     """A plane's mode and stored bytes (design §5): the exponent plane
     Huffman-coded (zstd where it is constant, whose one symbol Huffman
-    cannot code), any other zstd where that saves at least
+    cannot code, or shorter than :data:`HUFFMAN_MIN_SYMBOLS`), any other zstd where that saves at least
     :data:`PLANE_MIN_SAVING`; raw when the coded bytes are not shorter.
 
     In a ``plain`` layout (float16, the 8-bit floats) the exponent's byte
@@ -157,6 +162,9 @@ def _code_plane(plane: np.ndarray, exponent: bool, plain: bool, setting) -> tupl
     raw = plane.data
     m = len(plane)
     candidates: list[tuple[int, bytes | memoryview]] = []
+    if exponent and m < HUFFMAN_MIN_SYMBOLS:
+        packed = compress_plane(raw, setting)
+        return (MODE_ZSTD, packed) if len(packed) < m else (MODE_RAW, raw)
     if exponent:
         huffman = huffman_code.encode_plane(plane)
         if huffman is not None:

@@ -17,7 +17,7 @@ from lazystore._core.dtypes import BY_CODE
 from lazystore._native import layout as fmt
 from lazystore.codecs import CODECS_BY_ID, compiled
 from lazystore.codecs.float_layout import LAYOUT_PLAIN, LAYOUTS, layout_of, merge_into, split
-from lazystore.codecs.float_planes import header_bytes
+from lazystore.codecs.float_planes import HUFFMAN_MIN_SYMBOLS, header_bytes
 
 FLOAT_DTYPES = {BY_CODE[code].name: BY_CODE[code].dtype for code in LAYOUTS}
 KEY = bytes(range(32))
@@ -144,6 +144,23 @@ def test_the_exponent_plane_is_huffman_coded(tmp_path, decoder, dtype_name):
         modes = chunk[: layout.planes]
         assert modes[layout.exponent_plane] in ((1, 2) if layout.layout == LAYOUT_PLAIN else (2,))
     assert path.stat().st_size < 0.9 * weights(dtype, 100000).nbytes
+
+
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float32"])
+def test_a_small_tensor_codes_its_exponent_plane_with_zstd(tmp_path, decoder, dtype_name):
+    # Below HUFFMAN_MIN_SYMBOLS a Huffman table costs about what it saves
+    # (a bias, a norm's weights), so the writer codes those exponents with
+    # zstd alone; from there on, with Huffman.
+    dtype = FLOAT_DTYPES[dtype_name]
+    layout = layout_of(dtype)
+    assert layout is not None
+    for n, mode in ((HUFFMAN_MIN_SYMBOLS - 1, 1), (HUFFMAN_MIN_SYMBOLS, 2)):
+        path = tmp_path / f"{n}.lzy"
+        w = weights(dtype, n)
+        ls.save({"w": w}, path, compression="huffman")
+        (chunk,) = stored_chunks(path, "w")
+        assert chunk[layout.exponent_plane] == mode, n
+        assert ls.load(path)["w"].tobytes() == w.tobytes()
 
 
 def test_fp16_exponent_plane_is_zstd_where_that_is_shorter(tmp_path, decoder):

@@ -31,11 +31,14 @@ HERE = Path(__file__).resolve().parent
 HUFFMAN = HERE / "golden_v1_5_huffman.lzy"
 SEALED = HERE / "golden_v1_5_sealed.lzy"
 METADATA = {"step": 15}
-CHUNK_BYTES = 1024  # a few chunks per tensor, and a short last one
+# Two chunks for the larger tensors, the second short; a bf16 chunk of 4096
+# and an fp32 one of 2048 elements, so their exponent planes reach the
+# writer's HUFFMAN_MIN_SYMBOLS (smaller ones are coded zstd alone).
+CHUNK_BYTES = 8192
 KEY = bytes(range(32))
 SALT = bytes(range(0x50, 0x70))
 QUERY = "encoder.layer.0.attention.self.query.weight"  # 384 x 384
-LAYER_NORM = "encoder.layer.0.attention.output.LayerNorm.weight"  # 384, values near 1
+LAYER_NORMS = [f"encoder.layer.{i}.attention.output.LayerNorm.weight" for i in range(6)]  # 384 each, near 1
 
 
 def minilm(name: str, stop: int) -> np.ndarray:
@@ -60,15 +63,15 @@ def scaled(x: np.ndarray, dtype) -> np.ndarray:
 
 
 def huffman_tensors() -> dict[str, np.ndarray]:
-    """The tensors of golden_v1_5_huffman.lzy. With CHUNK_BYTES = 1024:
+    """The tensors of golden_v1_5_huffman.lzy. With CHUNK_BYTES = 8192:
 
-    - bf16: 700 weights, chunks of 512 and 188 elements;
-    - fp32: 300 weights, chunks of 256 and 44 elements;
-    - fp16: a LayerNorm's 384 weights (near 1: a narrow exponent
+    - bf16: 4796 weights, chunks of 4096 (a Huffman exponent plane) and
+      700 elements (under HUFFMAN_MIN_SYMBOLS: zstd);
+    - fp32: 2348 weights, chunks of 2048 and 300 elements, likewise;
+    - fp16: six LayerNorms' 2304 weights (near 1: a narrow exponent
       alphabet, where Huffman beats zstd clearly), one chunk;
-    - e4m3: 512 weights scaled to the type, one chunk (fp8's one plane is
-      the shorter of Huffman and zstd: zstd here);
-    - e8m0: 256 weights' magnitudes, exponents only: a Huffman plane;
+    - e4m3: 512 weights scaled to the type, one chunk (a small plane: zstd);
+    - e8m0: 4096 weights' magnitudes, exponents only: a Huffman plane;
     - fp32_modes: weights whose low byte repeats (zstd), whose next two
       bytes are the weights' (raw) and whose exponents are the weights'
       (Huffman): all three plane modes in one chunk;
@@ -82,16 +85,16 @@ def huffman_tensors() -> dict[str, np.ndarray]:
     shorter than raw. So no plane the writer makes has 1 stream;
     tests/properties/test_spec_codec_4.py builds those by hand.
     """
-    w = minilm(QUERY, 1768)
-    modes = w[:256].view("<u4") & np.uint32(0xFFFFFF00) | (np.arange(256, dtype=np.uint32) % 4)
+    w = minilm(QUERY, 11752)
+    modes = w[:2048].view("<u4") & np.uint32(0xFFFFFF00) | (np.arange(2048, dtype=np.uint32) % 4)
     return {
-        "bf16": w[:700].astype(ml_dtypes.bfloat16),
-        "fp32": w[700:1000],
-        "fp16": minilm(LAYER_NORM, 384).astype(np.float16),
-        "e4m3": scaled(w[1000:1512], ml_dtypes.float8_e4m3fn),
-        "e8m0": np.abs(w[1512:1768]).astype(ml_dtypes.float8_e8m0fnu),
+        "bf16": w[:4796].astype(ml_dtypes.bfloat16),
+        "fp32": w[4796:7144],
+        "fp16": np.concatenate([minilm(name, 384) for name in LAYER_NORMS]).astype(np.float16),
+        "e4m3": scaled(w[7144:7656], ml_dtypes.float8_e4m3fn),
+        "e8m0": np.abs(w[7656:11752]).astype(ml_dtypes.float8_e8m0fnu),
         "fp32_modes": modes.view("<f4"),
-        "fp32_const_exponent": (1 + np.arange(64, dtype=np.float32) / 64),
+        "fp32_const_exponent": (1 + np.arange(2048, dtype=np.float32) / 2048),
         "steps": np.arange(-40, 40, 3, dtype=np.int32),
     }
 
@@ -99,7 +102,7 @@ def huffman_tensors() -> dict[str, np.ndarray]:
 def sealed_tensors() -> dict[str, np.ndarray]:
     """The tensors of golden_v1_5_sealed.lzy: a codec-132 bf16 tensor of two
     chunks, and an int8 tensor stored raw (codec 128)."""
-    return {"w": minilm(QUERY, 2368)[1768:].astype(ml_dtypes.bfloat16),
+    return {"w": minilm(QUERY, 16848)[11752:].astype(ml_dtypes.bfloat16),
             "n": np.arange(-8, 8, dtype=np.int8)}
 
 

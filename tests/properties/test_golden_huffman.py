@@ -41,10 +41,10 @@ def _load_maker():
 
 goldens = _load_maker()  # the script that made the files: their tensors, key and salt
 
-HUFFMAN_SIZE = 5201
-HUFFMAN_SHA256 = "74b59efb85b03c49b2e97ad31fae2eda42b0556e01ec2fcea3b80ce713b2b123"
-SEALED_SIZE = 1649
-SEALED_SHA256 = "f22bcf757bbf70a859c90600666907b95340072a590f6f36fe3cc9c3b4f916cc"
+HUFFMAN_SIZE = 25425
+HUFFMAN_SHA256 = "4121f2cfe108f92e8b7c085c6df73bb04e3107f764de23d1839042599c35ba0e"
+SEALED_SIZE = 7601
+SEALED_SHA256 = "07e2f9d8c2024fa403870878ef12e70ef16eea984c96a4192fdb097b7b7862af"
 
 
 def huffman_golden() -> bytes:
@@ -138,13 +138,13 @@ def chunk_layout(blob: bytes, planes: int) -> tuple[tuple[int, ...], tuple[int, 
 
 # name: (codec, [(elements, plane modes, Huffman stream counts) per chunk])
 HOLDS = {
-    "bf16": (4, [(512, (0, 2), (4,)), (188, (0, 2), (4,))]),
-    "fp32": (4, [(256, (0, 0, 0, 2), (4,)), (44, (0, 0, 0, 2), (4,))]),
-    "fp16": (4, [(384, (0, 2), (4,))]),
-    "e4m3": (4, [(512, (1,), ())]),  # fp8's one plane: zstd shorter than Huffman here
-    "e8m0": (4, [(256, (2,), (4,))]),
-    "fp32_modes": (4, [(256, (1, 0, 0, 2), (4,))]),  # all three modes in one chunk
-    "fp32_const_exponent": (4, [(64, (1, 1, 0, 1), ())]),  # one exponent: stored zstd
+    "bf16": (4, [(4096, (0, 2), (4,)), (700, (0, 1), ())]),  # a short last chunk: under HUFFMAN_MIN_SYMBOLS, zstd
+    "fp32": (4, [(2048, (0, 0, 0, 2), (4,)), (300, (0, 0, 0, 1), ())]),
+    "fp16": (4, [(2304, (0, 2), (4,))]),
+    "e4m3": (4, [(512, (1,), ())]),  # a small plane: zstd
+    "e8m0": (4, [(4096, (2,), (4,))]),
+    "fp32_modes": (4, [(2048, (1, 0, 0, 2), (4,))]),  # all three modes in one chunk
+    "fp32_const_exponent": (4, [(2048, (1, 1, 1, 1), ())]),  # one exponent: stored zstd
     "steps": (1, [(27, None, None)]),
 }
 
