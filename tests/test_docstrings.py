@@ -69,6 +69,11 @@ COVERED: dict[str, tuple[str, ...] | None] = {
     "lazystore.views.checkpoint": None,
     "lazystore.errors": None,
     "lazystore.codecs": None,
+    "lazystore.codecs.float_planes": ("FloatPlanes", "mode_bytes", "header_bytes"),
+    "lazystore.codecs.float_layout": ("layout_of", "split", "merge_into"),
+    "lazystore.codecs.huffman_code": ("code_lengths", "stream_count", "plane_header", "parse_plane", "encode_plane",
+                                      "decode_plane"),
+    "lazystore.codecs.huffman_ref": ("encode_streams", "decode_table", "decode_streams"),
     "lazystore.cli.main": ("main",),
 }
 

@@ -49,14 +49,39 @@ LAYOUTS: dict[int, FloatLayout] = {
 
 @cache  # asked once per chunk: the dtype table's lookup normalises byte order each time
 def layout_of(dtype: np.dtype) -> FloatLayout | None:
-    """Codec 4's layout of ``dtype``, or None for a dtype codec 4 cannot store."""
+    """Codec 4's layout of a dtype.
+
+    Parameters
+    ----------
+    dtype : numpy.dtype
+        The tensor's dtype, in either byte order.
+
+    Returns
+    -------
+    FloatLayout or None
+        Its layout, or None for a dtype codec 4 cannot store.
+    """
     spec = lookup(dtype)
     return None if spec is None else LAYOUTS.get(spec.code)
 
 
 def split(chunk: np.ndarray, layout: int, planes: int) -> np.ndarray:
-    """The planes of a chunk's bytes (1-D uint8, whole elements), as a
-    ``(planes, elements)`` uint8 array."""
+    """Split a chunk's elements into codec 4's byte planes.
+
+    Parameters
+    ----------
+    chunk : numpy.ndarray
+        The chunk's bytes, 1-D uint8, whole elements.
+    layout : int
+        ``LAYOUT_PLAIN``, ``LAYOUT_BF16`` or ``LAYOUT_FP32``.
+    planes : int
+        The layout's plane count (the element's size in bytes).
+
+    Returns
+    -------
+    numpy.ndarray
+        A ``(planes, elements)`` uint8 array, plane j in row j.
+    """
     if layout == LAYOUT_PLAIN:
         return np.ascontiguousarray(chunk.reshape(-1, planes).T)
     if layout == LAYOUT_BF16:
@@ -76,8 +101,17 @@ def split(chunk: np.ndarray, layout: int, planes: int) -> np.ndarray:
 
 
 def merge_into(planes: Sequence, out: np.ndarray, layout: int) -> None:
-    """Undo :func:`split`: ``planes`` (buffers of one byte per element) into
-    ``out`` (1-D uint8, their total size)."""
+    """Merge codec 4's byte planes back into elements: :func:`split` undone.
+
+    Parameters
+    ----------
+    planes : sequence of buffers
+        The planes, each one byte per element.
+    out : numpy.ndarray
+        1-D uint8 of their total size, filled with the elements.
+    layout : int
+        ``LAYOUT_PLAIN``, ``LAYOUT_BF16`` or ``LAYOUT_FP32``.
+    """
     views = [np.frombuffer(p, dtype=np.uint8) for p in planes]
     if layout == LAYOUT_PLAIN:
         if len(views) == 1:

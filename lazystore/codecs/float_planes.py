@@ -47,14 +47,34 @@ HUFFMAN_MIN_SYMBOLS = 2048
 
 
 def mode_bytes(planes: int) -> int:
-    """Where a chunk's plane lengths start: its ``planes`` mode bytes,
-    padded with zeros to a multiple of 4."""
+    """Where a codec-4 chunk's plane lengths start.
+
+    Parameters
+    ----------
+    planes : int
+        The chunk's plane count.
+
+    Returns
+    -------
+    int
+        Its ``planes`` mode bytes, padded with zeros to a multiple of 4.
+    """
     return -(-planes // 4) * 4
 
 
 def header_bytes(planes: int) -> int:
-    """The fixed header of a chunk of ``planes`` planes (modes, pad,
-    lengths): the least a codec-4 chunk stores (rule C3)."""
+    """The fixed header of a codec-4 chunk: the least it stores (rule C3).
+
+    Parameters
+    ----------
+    planes : int
+        The chunk's plane count.
+
+    Returns
+    -------
+    int
+        The bytes of its modes, their pad and its plane lengths.
+    """
     return mode_bytes(planes) + 4 * planes
 
 
@@ -146,7 +166,7 @@ def _split(chunk: np.ndarray, layout: FloatLayout) -> np.ndarray:
     return out
 
 
-def _code_plane(plane: np.ndarray, exponent: bool, plain: bool, setting) -> tuple[int, bytes | memoryview]:
+def _code_plane(plane: np.ndarray, exponent: bool, plain: bool, setting: object) -> tuple[int, bytes | memoryview]:
     """A plane's mode and stored bytes (design §5): the exponent plane
     Huffman-coded (zstd where it is constant, whose one symbol Huffman
     cannot code, or shorter than :data:`HUFFMAN_MIN_SYMBOLS`), any other zstd where that saves at least
@@ -177,7 +197,7 @@ def _code_plane(plane: np.ndarray, exponent: bool, plain: bool, setting) -> tupl
     return (MODE_ZSTD, packed) if len(packed) <= (1 - PLANE_MIN_SAVING) * m else (MODE_RAW, raw)
 
 
-def _parse_chunk(stored, decoded_len: int, planes: int) -> tuple[bytes, list, int]:
+def _parse_chunk(stored: bytes | memoryview | np.ndarray, decoded_len: int, planes: int) -> tuple[bytes, list, int]:
     """A chunk's plane modes, its planes' bytes (a zstd plane decoded, a
     Huffman plane as stored) and the plane length, every header rule of
     docs/format.md §9.5 checked."""
