@@ -1,4 +1,4 @@
-/* Codec 4's float planes (docs/design/29-exponent-coder.md §2, §4): a
+/* Codec 4's float planes (docs/format.md §9.5; docs/design/29-exponent-coder.md §4): a
    chunk's elements into planes and back, and the Huffman encoder's entry.
 
    float_decode decodes each Huffman plane a block of BLOCK symbols per
@@ -16,7 +16,7 @@
 #include "_huffman.h"
 
 #define LAYOUT_PLAIN 0 /* plane j is byte j of the element */
-#define LAYOUT_BF16 1  /* sign beside the mantissa, the exponent whole (design §2) */
+#define LAYOUT_BF16 1  /* sign beside the mantissa, the exponent whole (format §9.5) */
 #define LAYOUT_FP32 2  /* the same on the high half; planes 0, 1 the low bytes */
 #define MAX_FLOAT_PLANES 8
 #define BLOCK 1024
@@ -285,7 +285,7 @@ static int take(view_set *v, PyObject *obj, const uint8_t **ptr, size_t *len) {
     return 0;
 }
 
-/* A stored Huffman plane of m symbols (design §3), split into its table
+/* A stored Huffman plane of m symbols (format §9.5), split into its table
    and streams with every refusal of huffman_code.parse_plane (the Python
    parser the numpy path uses); huff_build_table and huff_plane_start
    check the code and the stream count again before decoding. */

@@ -1,5 +1,5 @@
-/* Codec 4's canonical Huffman coder (docs/design/29-exponent-coder.md §3
-   for the bytes, §4 for this design).
+/* Codec 4's canonical Huffman coder (docs/format.md §9.5
+   for the bytes, docs/design/29-exponent-coder.md §4 and §9 for this design).
 
    Decoding: one table lookup gives up to 4 symbols (entry bytes, see
    _huffman.h), and the plane's S streams are read in lockstep, so their

@@ -1,5 +1,5 @@
-/* Codec 4's canonical Huffman coder (docs/design/29-exponent-coder.md §3,
-   §4), in plain C: no Python object is touched, so _float_planes.c runs it
+/* Codec 4's canonical Huffman coder (docs/format.md §9.5;
+   docs/design/29-exponent-coder.md §4), in plain C: no Python object is touched, so _float_planes.c runs it
    without the GIL. Errors come back as a message (NULL: none). */
 
 #ifndef LAZYSTORE_HUFFMAN_H

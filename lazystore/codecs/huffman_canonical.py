@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-# The format's longest code (design §3); the writer's limit is huffman_code's.
+# The format's longest code (format §9.5); the writer's limit is huffman_code's.
 MAX_LENGTH = 12
 
 

@@ -1,7 +1,7 @@
 """Canonical, length-limited Huffman codes for codec 4's planes: the table
 side shared by the encoder and both decoders.
 
-A Huffman plane (docs/design/29-exponent-coder.md, §3) is a small header
+A Huffman plane (docs/format.md §9.5) is a small header
 and code table followed by ``S`` streams that code consecutive runs of the
 plane's symbols. This module computes the code lengths (package-merge;
 the canonical codes are huffman_canonical's), writes and parses the header
@@ -20,6 +20,7 @@ import numpy as np
 
 from lazystore._core.short_reads import need
 from lazystore.codecs import compiled, huffman_ref
+from lazystore.codecs.float_layout import LAYOUT_PLAIN
 from lazystore.codecs.huffman_canonical import MAX_LENGTH
 from lazystore.errors import FormatError
 
@@ -30,10 +31,6 @@ WRITE_LIMIT = 11
 # kernel decodes in lockstep.
 MAX_STREAMS = 8
 WRITE_STREAMS = 4
-
-# TODO(merge): float_layout.LAYOUT_PLAIN (the codec branch's); a lone plane is
-# its own element, so the kernel's plain layout with one plane decodes it.
-_LAYOUT_PLAIN = 0
 
 _U32 = struct.Struct("<I")
 
@@ -162,7 +159,7 @@ def plane_header(lengths256: np.ndarray, nstreams: int) -> bytes:
     Returns
     -------
     bytes
-        Bytes ``0 .. T-1`` of the plane (design §3).
+        Bytes ``0 .. T-1`` of the plane (format §9.5).
     """
     lengths = np.asarray(lengths256, dtype=np.uint8)
     symbols = np.flatnonzero(lengths).astype(np.uint8)
@@ -212,7 +209,7 @@ def parse_plane(blob: memoryview, n: int) -> HuffmanPlane:
     Raises
     ------
     FormatError
-        The header, the table or the stream lengths break design §3 (a
+        The header, the table or the stream lengths break format §9.5 (a
         stream's own bits are checked by the decoders).
     """
     blob = memoryview(blob).cast("B")
@@ -257,7 +254,7 @@ def encode_plane(plane: np.ndarray, limit: int = WRITE_LIMIT, streams: int = WRI
     Returns
     -------
     bytes or None
-        The whole Huffman plane (design §3); None where fewer than two
+        The whole Huffman plane (format §9.5); None where fewer than two
         distinct symbols leave nothing to code (the writer stores such a
         plane another way).
     """
@@ -297,7 +294,7 @@ def decode_plane(blob: memoryview, n: int) -> np.ndarray:
     Raises
     ------
     FormatError
-        The plane breaks design §3: a bad header or table, or a stream that
+        The plane breaks format §9.5: a bad header or table, or a stream that
         ends before its symbols or runs on after them.
     """
     parsed = parse_plane(blob, n)
@@ -306,7 +303,8 @@ def decode_plane(blob: memoryview, n: int) -> np.ndarray:
         return huffman_ref.decode_streams(parsed, n)
     out = np.empty(n, dtype=np.uint8)
     try:
-        kernels.float_decode(out, _LAYOUT_PLAIN, [parsed])
+        # A lone plane is its own element: the plain layout of one plane decodes it.
+        kernels.float_decode(out, LAYOUT_PLAIN, [parsed])
     except ValueError as exc:  # the kernel's refusals are the bytes' fault
         raise FormatError(f"Huffman plane: {exc}") from exc
     return out

@@ -1,4 +1,4 @@
-"""The numpy reference coder of Huffman planes' streams (design 29 §3, §4).
+"""The numpy reference coder of Huffman planes' streams (docs/format.md §9.5; design 29 §4).
 
 It gives the same bytes as the C kernels, slower; it is what runs where
 they are not built, and what the tests compare them with. There is no
@@ -36,7 +36,7 @@ def encode_streams(plane: np.ndarray, lengths256: np.ndarray, nstreams: int) -> 
     Returns
     -------
     bytes
-        Bytes ``T ..`` of the Huffman plane (design §3).
+        Bytes ``T ..`` of the Huffman plane (format §9.5).
     """
     lengths = np.asarray(lengths256, dtype=np.uint8)
     # Bits go LSB-first into the stream but each code MSB-first (deflate), so
