@@ -31,7 +31,14 @@ from lazystore._core.short_reads import need
 from lazystore.codecs import compiled, huffman_code
 from lazystore.codecs.base import Codec
 from lazystore.codecs.float_layout import LAYOUT_PLAIN, FloatLayout, layout_of, merge_into, split
-from lazystore.codecs.zstd import ZstdPlanes, check_level, compress_plane, decode_plane, plane_setting
+from lazystore.codecs.zstd import (
+    ZstdPlanes,
+    check_level,
+    compress_plane,
+    decode_plane,
+    plane_setting,
+    stored_planes,
+)
 from lazystore.errors import FormatError
 
 MODE_RAW, MODE_ZSTD, MODE_HUFFMAN = 0, 1, 2
@@ -202,27 +209,18 @@ def _parse_chunk(stored: bytes | memoryview | np.ndarray, decoded_len: int, plan
     Huffman plane as stored) and the plane length, every header rule of
     docs/format.md §9.5 checked."""
     stored = memoryview(stored.data if isinstance(stored, np.ndarray) else stored)
-    start = header_bytes(planes)
-    need(stored, start, "codec 4 chunk header")
+    need(stored, header_bytes(planes), "codec 4 chunk header")
     modes = bytes(stored[:planes])
     bad = [mode for mode in modes if mode > MODE_HUFFMAN]
     if bad:
         raise FormatError(f"corrupt chunk: plane mode {bad[0]} (0 raw, 1 zstd, 2 Huffman)")
     if any(stored[planes : mode_bytes(planes)]):
         raise FormatError("corrupt chunk: the padding after the plane modes is not zero")
-    lengths = np.frombuffer(stored[mode_bytes(planes) : start], dtype="<u4").tolist()
-    if start + sum(lengths) != len(stored):
-        raise FormatError("corrupt chunk: plane lengths do not add up to the chunk")
-    plane_len = decoded_len // planes
-    if plane_len * planes != decoded_len:
-        raise FormatError(f"corrupt chunk: {decoded_len} bytes do not split into {planes} planes")
-    blobs, pos = [], start
-    for j, (mode, length) in enumerate(zip(modes, lengths)):
-        blob = stored[pos : pos + length]
-        pos += length
-        if mode == MODE_RAW and length != plane_len:
-            raise FormatError(f"corrupt chunk: raw plane {j} is {length} bytes, not {plane_len}")
-        if mode != MODE_RAW and length >= plane_len:
-            raise FormatError(f"corrupt chunk: coded plane {j} is {length} bytes, not shorter than {plane_len}")
-        blobs.append(decode_plane(blob, plane_len) if mode == MODE_ZSTD else blob)
-    return modes, blobs, plane_len
+    blobs, plane_len = stored_planes(stored, mode_bytes(planes), planes, decoded_len, "codec 4 chunk header")
+    for j, (mode, blob) in enumerate(zip(modes, blobs)):
+        if mode == MODE_RAW and len(blob) != plane_len:
+            raise FormatError(f"corrupt chunk: raw plane {j} is {len(blob)} bytes, not {plane_len}")
+        if mode != MODE_RAW and len(blob) >= plane_len:
+            raise FormatError(f"corrupt chunk: coded plane {j} is {len(blob)} bytes, not shorter than {plane_len}")
+    return modes, [decode_plane(blob, plane_len) if mode == MODE_ZSTD else blob
+                   for mode, blob in zip(modes, blobs)], plane_len

@@ -145,19 +145,28 @@ class ZstdPlanes(Codec):
         FormatError
             The plane lengths do not add up, or a plane is malformed.
         """
-        stored = memoryview(stored.data if isinstance(stored, np.ndarray) else stored)
-        need(stored, 4 * planes, "chunk plane header")
-        lengths = np.frombuffer(stored[: 4 * planes], dtype="<u4").tolist()
-        if 4 * planes + sum(lengths) != len(stored):
-            raise FormatError("corrupt chunk: plane lengths do not add up to the chunk")
-        plane_len = len(out) // planes
-        if plane_len * planes != len(out):
-            raise FormatError(f"corrupt chunk: {len(out)} bytes do not split into {planes} planes")
-        decoded, pos = [], 4 * planes
-        for length in lengths:
-            decoded.append(decode_plane(stored[pos : pos + length], plane_len))
-            pos += length
-        return decoded
+        blobs, plane_len = stored_planes(stored, 0, planes, len(out), "chunk plane header")
+        return [decode_plane(blob, plane_len) for blob in blobs]
+
+
+def stored_planes(stored: bytes | memoryview | np.ndarray, at: int, planes: int, decoded_len: int,
+                  header: str) -> tuple[list[memoryview], int]:
+    """The stored bytes of each plane of a chunk whose u32 plane lengths
+    start at byte ``at`` (codec 1's at 0, codec 4's after its mode bytes),
+    and the decoded length of a plane, checked: the lengths fill the chunk
+    exactly and ``decoded_len`` splits into ``planes``. ``header`` names the
+    header in the error of a chunk too short to hold it."""
+    stored = memoryview(stored.data if isinstance(stored, np.ndarray) else stored)
+    start = at + 4 * planes
+    need(stored, start, header)
+    lengths = np.frombuffer(stored[at:start], dtype="<u4").tolist()
+    if start + sum(lengths) != len(stored):
+        raise FormatError("corrupt chunk: plane lengths do not add up to the chunk")
+    plane_len = decoded_len // planes
+    if plane_len * planes != decoded_len:
+        raise FormatError(f"corrupt chunk: {decoded_len} bytes do not split into {planes} planes")
+    ends = np.cumsum([start, *lengths]).tolist()
+    return [stored[a:b] for a, b in zip(ends, ends[1:])], plane_len
 
 
 def plane_setting(level: int | None, is_float: bool):
