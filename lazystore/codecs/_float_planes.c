@@ -262,14 +262,8 @@ done:
 
 typedef struct {
     int huffman;
-    const uint8_t *bytes;  /* a plane of m bytes, when not Huffman */
-    const uint8_t *symbols, *lengths;
-    size_t k;
-    long lmax;
-    int nstreams;
-    const uint8_t *streams[HUFF_MAX_STREAMS];
-    size_t stream_len[HUFF_MAX_STREAMS];
-    uint8_t unpacked[256]; /* the lengths, when parsed here from their nibbles */
+    const uint8_t *bytes; /* a plane of m bytes, when not Huffman */
+    huff_code code;       /* a Huffman plane's */
 } plane_in;
 
 typedef struct {
@@ -285,62 +279,14 @@ static int take(view_set *v, PyObject *obj, const uint8_t **ptr, size_t *len) {
     return 0;
 }
 
-/* A stored Huffman plane of m symbols (format §9.5), split into its table
-   and streams with every refusal of huffman_code.parse_plane (the Python
-   parser the numpy path uses); huff_build_table and huff_plane_start
-   check the code and the stream count again before decoding. */
+/* A stored Huffman plane of m symbols, parsed (huff_parse_stored); its
+   refusal as a ValueError naming plane j. */
 static int parse_huffman(const uint8_t *b, size_t len, size_t m, Py_ssize_t j, plane_in *in) {
-    if (len < 3) {
-        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: %zu bytes, shorter than its 3-byte header", j, len);
-        return -1;
-    }
-    int s = b[0];
-    size_t k = (size_t)b[2] + 1;
+    char msg[200];
     in->huffman = 1;
-    in->lmax = b[1];
-    in->nstreams = s;
-    const char *why = s < 1 || s > HUFF_MAX_STREAMS     ? "its stream count is not 1..8"
-                      : in->lmax < 1 || in->lmax > 12 ? "its Lmax is not 1..12"
-                      : k < 2                         ? "it codes fewer than 2 symbols"
-                                                      : NULL;
-    if (why != NULL) {
-        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: %s", j, why);
+    if (huff_parse_stored(b, len, m, &in->code, msg, sizeof msg) < 0) {
+        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: %s", j, msg);
         return -1;
-    }
-    size_t table_end = 3 + k + (k + 1) / 2, body = table_end + 4 * (size_t)(s - 1);
-    if (len < body) {
-        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: %zu bytes, shorter than its table of %zu symbols and %d "
-                     "streams", j, len, k, s);
-        return -1;
-    }
-    in->k = k;
-    in->symbols = b + 3;
-    for (size_t i = 0; i < k; i++) in->unpacked[i] = (uint8_t)(b[3 + k + i / 2] >> (4 * (i % 2)) & 0x0f);
-    in->lengths = in->unpacked;
-    if (k % 2 && b[table_end - 1] >> 4) {
-        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: the pad nibble after its code lengths is not 0", j);
-        return -1;
-    }
-    /* The code itself: huff_build_table's refusals, while the GIL is held. */
-    if ((why = huff_check_code(in->symbols, in->lengths, k, in->lmax)) != NULL) {
-        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: %s", j, why);
-        return -1;
-    }
-    size_t q = m / (size_t)s + (m % (size_t)s != 0);
-    if ((size_t)(s - 1) * q >= m) {
-        PyErr_Format(PyExc_ValueError, "Huffman plane %zd: %d streams leave one empty for %zu symbols", j, s, m);
-        return -1;
-    }
-    size_t at = body;
-    for (int i = 0; i < s; i++) {
-        size_t slen = i + 1 < s ? load32(b + table_end + 4 * (size_t)i) : len - at;
-        if (slen > len - at) {
-            PyErr_Format(PyExc_ValueError, "Huffman plane %zd: its stream lengths overrun its %zu bytes", j, len);
-            return -1;
-        }
-        in->streams[i] = b + at;
-        in->stream_len[i] = slen;
-        at += slen;
     }
     return 0;
 }
@@ -364,13 +310,14 @@ static int take_plane(view_set *v, PyObject *item, size_t m, Py_ssize_t j, int s
         return 0;
     }
     PyObject *symbols, *lengths, *streams;
+    huff_code *c = &in->code;
     in->huffman = 1;
     if (!PyArg_ParseTuple(item, "OOlO;a Huffman plane is (symbols, lengths, lmax, streams)", &symbols, &lengths,
-                          &in->lmax, &streams))
+                          &c->lmax, &streams))
         return -1;
-    if (take(v, symbols, &in->symbols, &in->k) < 0 || take(v, lengths, &in->lengths, &len) < 0) return -1;
-    if (len != in->k) {
-        PyErr_Format(PyExc_ValueError, "plane %zd: %zu symbols but %zu code lengths", j, in->k, len);
+    if (take(v, symbols, &c->symbols, &c->k) < 0 || take(v, lengths, &c->lengths, &len) < 0) return -1;
+    if (len != c->k) {
+        PyErr_Format(PyExc_ValueError, "plane %zd: %zu symbols but %zu code lengths", j, c->k, len);
         return -1;
     }
     PyObject *seq = PySequence_Tuple(streams); /* ours: no __buffer__ can change it */
@@ -379,8 +326,8 @@ static int take_plane(view_set *v, PyObject *item, size_t m, Py_ssize_t j, int s
     int ok = s >= 1 && s <= HUFF_MAX_STREAMS;
     if (!ok) PyErr_Format(PyExc_ValueError, "plane %zd has %zd streams, not 1 to 8", j, s);
     for (Py_ssize_t i = 0; ok && i < s; i++)
-        ok = take(v, PyTuple_GET_ITEM(seq, i), &in->streams[i], &in->stream_len[i]) == 0;
-    in->nstreams = (int)s;
+        ok = take(v, PyTuple_GET_ITEM(seq, i), &c->streams[i], &c->stream_len[i]) == 0;
+    c->nstreams = (int)s;
     Py_DECREF(seq);
     return ok ? 0 : -1;
 }
@@ -399,9 +346,9 @@ static int decode_chunk(int layout, int p, const plane_in *in, huff_state *st, s
     int lead = -1;
     for (int j = 0; j < p; j++) {
         if (!in[j].huffman) continue;
-        if ((why = huff_build_table(&st[j].table, in[j].symbols, in[j].lengths, in[j].k, in[j].lmax)) != NULL ||
-            (why = huff_plane_start(&st[j].plane, &st[j].table, in[j].streams, in[j].stream_len, in[j].nstreams,
-                                    m)) != NULL) {
+        const huff_code *c = &in[j].code;
+        if ((why = huff_build_table(&st[j].table, c->symbols, c->lengths, c->k, c->lmax)) != NULL ||
+            (why = huff_plane_start(&st[j].plane, &st[j].table, c->streams, c->stream_len, c->nstreams, m)) != NULL) {
             snprintf(msg, size, "plane %d: %s", j, why);
             return -1;
         }
@@ -533,7 +480,8 @@ PyObject *float_decode(PyObject *Py_UNUSED(self), PyObject *args) {
         if (!in[j].huffman || p == 1) continue;
         if (lead < 0) lead = (int)j;
         /* A block a stream; the whole plane when its streams are not the lead's. */
-        size_t bytes = in[j].nstreams == in[lead].nstreams ? (size_t)in[j].nstreams * (BLOCK + SLACK) : m;
+        int nstreams = in[j].code.nstreams;
+        size_t bytes = nstreams == in[lead].code.nstreams ? (size_t)nstreams * (BLOCK + SLACK) : m;
         if ((st[j].scratch = PyMem_Malloc(bytes)) == NULL) {
             PyErr_NoMemory();
             goto done;

@@ -239,6 +239,61 @@ int huff_plane_finish(const huff_plane *p, char *msg, size_t size) {
     return 0;
 }
 
+int huff_parse_stored(const uint8_t *b, size_t len, size_t m, huff_code *c, char *msg, size_t size) {
+    if (len < 3) {
+        snprintf(msg, size, "%zu bytes, shorter than its 3-byte header", len);
+        return -1;
+    }
+    int s = b[0];
+    size_t k = (size_t)b[2] + 1;
+    c->lmax = b[1];
+    c->nstreams = s;
+    const char *why = s < 1 || s > HUFF_MAX_STREAMS     ? "its stream count is not 1..8"
+                      : c->lmax < 1 || c->lmax > 12 ? "its Lmax is not 1..12"
+                      : k < 2                         ? "it codes fewer than 2 symbols"
+                                                      : NULL;
+    if (why != NULL) {
+        snprintf(msg, size, "%s", why);
+        return -1;
+    }
+    size_t table_end = 3 + k + (k + 1) / 2, body = table_end + 4 * (size_t)(s - 1);
+    if (len < body) {
+        snprintf(msg, size, "%zu bytes, shorter than its table of %zu symbols and %d streams", len, k, s);
+        return -1;
+    }
+    c->k = k;
+    c->symbols = b + 3;
+    for (size_t i = 0; i < k; i++) c->unpacked[i] = (uint8_t)(b[3 + k + i / 2] >> (4 * (i % 2)) & 0x0f);
+    c->lengths = c->unpacked;
+    if (k % 2 && b[table_end - 1] >> 4) {
+        snprintf(msg, size, "the pad nibble after its code lengths is not 0");
+        return -1;
+    }
+    /* The code itself: huff_build_table's refusals, before any decoding. */
+    if ((why = huff_check_code(c->symbols, c->lengths, k, c->lmax)) != NULL) {
+        snprintf(msg, size, "%s", why);
+        return -1;
+    }
+    size_t q = m / (size_t)s + (m % (size_t)s != 0);
+    if ((size_t)(s - 1) * q >= m) {
+        snprintf(msg, size, "%d streams leave one empty for %zu symbols", s, m);
+        return -1;
+    }
+    size_t at = body;
+    for (int i = 0; i < s; i++) {
+        size_t slen = i + 1 < s ? load32(b + table_end + 4 * (size_t)i) : len - at;
+        if (slen > len - at) {
+            snprintf(msg, size, "its stream lengths overrun its %zu bytes", len);
+            return -1;
+        }
+        c->streams[i] = b + at;
+        c->stream_len[i] = slen;
+        at += slen;
+    }
+    return 0;
+}
+
+
 const char *huff_check_lengths(const uint8_t lengths[256], unsigned *longest) {
     unsigned lmax = 0, k = 0;
     for (int i = 0; i < 256; i++) {

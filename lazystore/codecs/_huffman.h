@@ -36,6 +36,24 @@ typedef struct {
     huff_reader stream[HUFF_MAX_STREAMS];
 } huff_plane;
 
+/* A Huffman plane's code and streams, as a chunk stores them (parsed by
+   huff_parse_stored) or as the caller hands them over. */
+typedef struct {
+    const uint8_t *symbols, *lengths; /* k of each; lengths point into unpacked when parsed */
+    size_t k;
+    long lmax;
+    int nstreams;
+    const uint8_t *streams[HUFF_MAX_STREAMS];
+    size_t stream_len[HUFF_MAX_STREAMS];
+    uint8_t unpacked[256]; /* the lengths, when parsed from their nibbles */
+} huff_code;
+
+/* A stored Huffman plane of m symbols (docs/format.md §9.5), len bytes at
+   b, split into its code and streams with every refusal of
+   huffman_code.parse_plane (the Python parser of the numpy path): msg
+   receives the refusal; returns 0 when there is none. */
+INTERNAL int huff_parse_stored(const uint8_t *b, size_t len, size_t m, huff_code *c, char *msg, size_t size);
+
 /* The checks of huff_build_table alone (NULL: the code is valid). */
 INTERNAL const char *huff_check_code(const uint8_t *symbols, const uint8_t *lengths, size_t k, long lmax);
 
